@@ -1,0 +1,146 @@
+/*
+ * alloc.c - host memory for the library's own structures.
+ *
+ * DESIGN.md section 4: a shared library that links Debian's libjemalloc
+ * cannot be dlopen()ed (initial-exec TLS), which would break Python ctypes
+ * users.  So by default the library does not link jemalloc; on first use it
+ * looks jemalloc up in the process (dlsym(RTLD_DEFAULT)) and, if present,
+ * allocates from a private arena with mallocx/sdallocx.  Built with
+ * --with-jemalloc=yes the library links jemalloc and always uses it.
+ * Sanitizer builds never use it: they cannot see mallocx allocations.
+ */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloc.h"
+#include "compiler.h"
+
+#ifdef KVP_LINK_JEMALLOC
+#include <jemalloc/jemalloc.h>
+#endif
+
+typedef void *(*mallocx_fn)(size_t, int);
+typedef void (*sdallocx_fn)(void *, size_t, int);
+typedef int (*mallctl_fn)(const char *, void *, size_t *, void *, size_t);
+
+/* jemalloc's MALLOCX_ARENA(a): arena index plus one, shifted by 20. */
+#define KVP_MALLOCX_ARENA(a) ((int)(((unsigned)(a) + 1) << 20))
+#define KVP_MALLOCX_ZERO ((int)0x40)
+
+/* Written once under `once`; read-only afterwards. */
+static struct {
+	mallocx_fn mallocx;
+	sdallocx_fn sdallocx;
+	int flags; /* MALLOCX_ARENA of the private arena */
+} je;
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+static void alloc_init(void)
+{
+#if defined(KVP_LINK_JEMALLOC)
+	mallocx_fn mx = mallocx;
+	sdallocx_fn sdx = sdallocx;
+	mallctl_fn ctl = mallctl;
+#elif defined(KVP_JEMALLOC_RUNTIME) && !defined(KVP_TSAN) &&                \
+	!defined(KVP_ASAN)
+	mallocx_fn mx = (mallocx_fn)dlsym(RTLD_DEFAULT, "mallocx");
+	sdallocx_fn sdx = (sdallocx_fn)dlsym(RTLD_DEFAULT, "sdallocx");
+	mallctl_fn ctl = (mallctl_fn)dlsym(RTLD_DEFAULT, "mallctl");
+#else
+	mallocx_fn mx = NULL;
+	sdallocx_fn sdx = NULL;
+	mallctl_fn ctl = NULL;
+#endif
+	unsigned arena;
+	size_t len = sizeof(arena);
+
+	if (!mx || !sdx || !ctl)
+		return;
+	/* A private arena keeps kvpool's metadata away from the engine's. */
+	if (ctl("arenas.create", &arena, &len, NULL, 0) != 0)
+		return;
+	je.flags = KVP_MALLOCX_ARENA(arena);
+	je.sdallocx = sdx;
+	je.mallocx = mx;
+}
+
+static inline bool use_jemalloc(void)
+{
+	kvp_check_pthread(pthread_once(&once, alloc_init));
+	return je.mallocx != NULL;
+}
+
+void *kvp_malloc(size_t size)
+{
+	if (size == 0)
+		size = 1;
+	if (use_jemalloc())
+		return je.mallocx(size, je.flags);
+	return malloc(size);
+}
+
+void *kvp_calloc(size_t nmemb, size_t size)
+{
+	size_t bytes;
+
+	if (__builtin_mul_overflow(nmemb, size, &bytes))
+		return NULL;
+	if (bytes == 0)
+		bytes = 1;
+	if (use_jemalloc())
+		return je.mallocx(bytes, je.flags | KVP_MALLOCX_ZERO);
+	return calloc(1, bytes);
+}
+
+void kvp_free(void *ptr, size_t size)
+{
+	if (!ptr)
+		return;
+	if (size == 0)
+		size = 1;
+	if (use_jemalloc())
+		je.sdallocx(ptr, size, je.flags);
+	else
+		free(ptr);
+}
+
+/* jemalloc's MALLOCX_ALIGN(a): log2 of the alignment in the low bits. */
+static int mallocx_align(size_t align)
+{
+	return __builtin_ctzl(align);
+}
+
+void *kvp_malloc_aligned(size_t align, size_t size)
+{
+	void *p;
+
+	if (size == 0)
+		size = 1;
+	if (use_jemalloc())
+		return je.mallocx(size, je.flags | mallocx_align(align));
+	if (posix_memalign(&p, align, size) != 0)
+		return NULL;
+	return p;
+}
+
+void kvp_free_aligned(void *ptr, size_t align, size_t size)
+{
+	if (!ptr)
+		return;
+	if (size == 0)
+		size = 1;
+	/* sdallocx needs the allocation's flags: the alignment changes the
+	 * size class. */
+	if (use_jemalloc())
+		je.sdallocx(ptr, size, je.flags | mallocx_align(align));
+	else
+		free(ptr);
+}
+
+const char *kvp_allocator_name(void)
+{
+	return use_jemalloc() ? "jemalloc" : "libc";
+}

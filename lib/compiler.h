@@ -1,0 +1,48 @@
+/*
+ * compiler.h - small compiler helpers shared by the library's files.
+ */
+#ifndef KVP_COMPILER_H
+#define KVP_COMPILER_H
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "config.h"
+
+#define likely(x) __builtin_expect(!!(x), 1)
+#define unlikely(x) __builtin_expect(!!(x), 0)
+
+#define KVP_CACHELINE 64
+#define kvp_cacheline_aligned _Alignas(KVP_CACHELINE)
+
+/* Keeps the compiler from moving memory accesses across this point. */
+#define kvp_compiler_barrier() __asm__ __volatile__("" ::: "memory")
+
+#define KVP_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+
+/*
+ * Debug checks are compiled always and switched by this constant, so they
+ * cannot rot (jemalloc's config_debug).
+ */
+#ifdef KVP_DEBUG
+static const bool config_debug = true;
+#else
+static const bool config_debug = false;
+#endif
+
+/* Unrecoverable failure of a system primitive: report where, then abort. */
+#define kvp_fatal(msg)                                                       \
+	do {                                                                 \
+		fprintf(stderr, "kvpool: fatal: %s (%s:%s:%d)\n", (msg),     \
+			__FILE__, __func__, __LINE__);                       \
+		abort();                                                     \
+	} while (0)
+
+#define kvp_check_pthread(call)                                              \
+	do {                                                                 \
+		if (unlikely((call) != 0))                                   \
+			kvp_fatal(#call);                                    \
+	} while (0)
+
+#endif /* KVP_COMPILER_H */

@@ -1,0 +1,36 @@
+/*
+ * error.c - kvp_strerror.
+ */
+#include <errno.h>
+
+#include "kvpool.h"
+
+KVP_API const char *kvp_strerror(int err)
+{
+	switch (err) {
+	case 0:
+		return "success";
+	case -EINVAL:
+		return "invalid argument";
+	case -ENOSPC:
+		return "not enough free blocks";
+	case -ENOMEM:
+		return "out of host memory";
+	case -ENOENT:
+		return "unknown sequence";
+	case -EEXIST:
+		return "sequence id already in use";
+	case -ERANGE:
+		return "block id out of range";
+	case -EALREADY:
+		return "block already free";
+	case -EOVERFLOW:
+		return "count would overflow";
+	case -EBUSY:
+		return "resource busy";
+	case -EFAULT:
+		return "invariant violated";
+	default:
+		return "unknown kvpool error";
+	}
+}

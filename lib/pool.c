@@ -1,0 +1,639 @@
+/*
+ * pool.c - the block pool: creation, per-block state words, alloc and free.
+ *
+ * Correctness argument (block states).
+ *
+ * state[id] holds the block's reference count (0 = free) and flags.  A free
+ * block is in exactly one free list: the global stack (stack.h) or one
+ * thread's cache (tcache.c); both hand an id to exactly one thread.  The
+ * transitions, and why each is safe:
+ *
+ *   0 -> 1          kvp_pool_alloc, by the thread that removed the id from
+ *                   a free list.  No one else can reach the block, so a
+ *                   relaxed store suffices; the free list's own ordering
+ *                   (the pop's acquire, or program order within the owner
+ *                   thread) makes the previous holder's writes visible.
+ *   r -> r + 1      kvp_block_ref, by a holder (r >= 1): CAS loop, relaxed
+ *                   (taking a reference publishes nothing).
+ *   r -> r - 1      kvp_pool_free with r >= 2: CAS loop with release, so
+ *                   that the last holder (who loads with acquire) sees this
+ *                   holder's writes before the block is reused.
+ *   1 -> FREEING    kvp_pool_free by the last holder.  A thread that sees
+ *                   exactly 1 holds that one reference itself, so nobody
+ *                   else may change the word (taking a reference requires
+ *                   holding one), and a plain store suffices: no RMW on the
+ *                   common free path.  The acquire load that saw 1 pairs
+ *                   with the release decrements of the other holders.
+ *   FREEING -> 0    the same call, just before it puts the id on a free
+ *                   list (relaxed: the list publishes it).
+ *
+ * FREEING makes kvp_pool_free all or nothing: the first pass drops every
+ * reference and marks blocks whose count reached zero; a block seen free
+ * or FREEING is a double free (or appears in the call more often than it
+ * has references), and the pass undoes what it did, in reverse, before
+ * returning -EALREADY.  Only then does a second pass move the FREEING
+ * blocks to a free list, each exactly once even if its id repeats.
+ * A double free that races another free of the same block (two threads
+ * both seeing 1) is a caller bug that cannot be detected without an RMW on
+ * every free; it is documented as such.
+ */
+#include <errno.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "alloc.h"
+#include "pool.h"
+#include "tcache.h"
+
+#define KVP_POOL_KNOWN_FLAGS (KVP_POOL_ZERO | KVP_POOL_NOCACHE)
+#define KVP_AUTO_CACHE_MAX 128u
+
+static size_t dtype_size(enum kvp_dtype dt)
+{
+	switch (dt) {
+	case KVP_F32:
+		return 4;
+	case KVP_F16:
+	case KVP_BF16:
+		return 2;
+	case KVP_F64:
+		return 8;
+	case KVP_U8:
+		return 1;
+	}
+	return 0;
+}
+
+/* Bytes per block for a layout: [layer][K,V][token][head][dim]. */
+static int layout_block_bytes(const struct kvp_layout *l, uint32_t tokens,
+			      size_t *out)
+{
+	size_t el = dtype_size(l->dtype), b = el;
+
+	if (el == 0 || l->num_layers == 0 || l->num_kv_heads == 0 ||
+	    l->head_dim == 0)
+		return -EINVAL;
+	if (__builtin_mul_overflow(b, (size_t)l->num_layers, &b) ||
+	    __builtin_mul_overflow(b, (size_t)2, &b) ||
+	    __builtin_mul_overflow(b, (size_t)tokens, &b) ||
+	    __builtin_mul_overflow(b, (size_t)l->num_kv_heads, &b) ||
+	    __builtin_mul_overflow(b, (size_t)l->head_dim, &b))
+		return -EINVAL;
+	*out = b;
+	return 0;
+}
+
+static uint32_t auto_cache_blocks(uint32_t num_blocks)
+{
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	uint64_t cap;
+
+	if (cpus < 1)
+		cpus = 1;
+	cap = num_blocks / (8 * (uint64_t)cpus);
+	if (cap > KVP_AUTO_CACHE_MAX)
+		cap = KVP_AUTO_CACHE_MAX;
+	return (uint32_t)cap;
+}
+
+static int validate_config(const struct kvp_pool_config *cfg)
+{
+	if (cfg->num_blocks == 0 || cfg->num_blocks > KVP_MAX_BLOCKS)
+		return -EINVAL;
+	if (cfg->block_tokens == 0)
+		return -EINVAL;
+	if (cfg->cache_blocks > KVP_MAX_CACHE_BLOCKS ||
+	    cfg->cache_blocks > cfg->num_blocks)
+		return -EINVAL;
+	if (cfg->flags & ~KVP_POOL_KNOWN_FLAGS)
+		return -EINVAL;
+	return 0;
+}
+
+static void pool_free_memory(struct kvp_pool *pool)
+{
+	if (pool->data)
+		munmap(pool->data, pool->arena_bytes);
+	kvp_free(pool->state, (size_t)pool->num_blocks * sizeof(*pool->state));
+	kvp_free(pool->next, (size_t)pool->num_blocks * sizeof(*pool->next));
+	kvp_free_aligned(pool, KVP_CACHELINE, sizeof(*pool));
+}
+
+/* One mmap for the whole arena; fresh anonymous pages are zero. */
+static int pool_map_arena(struct kvp_pool *pool)
+{
+	void *p;
+
+	if (__builtin_mul_overflow(pool->block_bytes, (size_t)pool->num_blocks,
+				   &pool->arena_bytes))
+		return -EINVAL;
+	p = mmap(NULL, pool->arena_bytes, PROT_READ | PROT_WRITE,
+		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (p == MAP_FAILED)
+		return -ENOMEM;
+	pool->data = p;
+	return 0;
+}
+
+KVP_API int kvp_pool_create(const struct kvp_pool_config *cfg,
+			    struct kvp_pool **out)
+{
+	struct kvp_pool *pool;
+	size_t block_bytes = 0;
+	uint32_t cap;
+	int err;
+
+	if (!cfg || !out)
+		return -EINVAL;
+	err = validate_config(cfg);
+	if (err)
+		return err;
+	if (cfg->layout) {
+		err = layout_block_bytes(cfg->layout, cfg->block_tokens,
+					 &block_bytes);
+		if (err)
+			return err;
+	}
+	cap = cfg->cache_blocks ? cfg->cache_blocks
+				: auto_cache_blocks(cfg->num_blocks);
+	cap &= ~1u; /* flushes and refills move halves */
+	if (cap < 2 || (cfg->flags & KVP_POOL_NOCACHE))
+		cap = 0;
+
+	pool = kvp_malloc_aligned(KVP_CACHELINE, sizeof(*pool));
+	if (!pool)
+		return -ENOMEM;
+	memset(pool, 0, sizeof(*pool));
+	pool->num_blocks = cfg->num_blocks;
+	pool->block_tokens = cfg->block_tokens;
+	pool->cache_cap = cap;
+	pool->flags = cfg->flags;
+	pool->device_id = cfg->device_id;
+	pool->block_bytes = block_bytes;
+	if (cfg->layout) {
+		pool->has_layout = true;
+		pool->layout = *cfg->layout;
+	}
+	pool->state = kvp_calloc(cfg->num_blocks, sizeof(*pool->state));
+	pool->next = kvp_calloc(cfg->num_blocks, sizeof(*pool->next));
+	if (!pool->state || !pool->next) {
+		pool_free_memory(pool);
+		return -ENOMEM;
+	}
+	if (cfg->layout) {
+		err = pool_map_arena(pool);
+		if (err) {
+			pool_free_memory(pool);
+			return err;
+		}
+	}
+	for (uint32_t i = 0; i < cfg->num_blocks; i++)
+		atomic_init(&pool->state[i], 0);
+	stack_init(&pool->stack, pool->next, cfg->num_blocks);
+	if (pthread_mutex_init(&pool->drain_lock, NULL) != 0) {
+		pool_free_memory(pool);
+		return -ENOMEM;
+	}
+	atomic_init(&pool->refcnt, 1);
+	atomic_init(&pool->tcaches, NULL);
+	pool->uid = tcache_next_uid();
+	tcache_pool_created(pool);
+	*out = pool;
+	return 0;
+}
+
+KVP_API struct kvp_pool *kvp_pool_ref(struct kvp_pool *pool)
+{
+	/* Relaxed: the caller already holds a reference (as for shared_ptr). */
+	if (pool)
+		atomic_fetch_add_explicit(&pool->refcnt, 1,
+					  memory_order_relaxed);
+	return pool;
+}
+
+KVP_API void kvp_pool_unref(struct kvp_pool *pool)
+{
+	if (!pool)
+		return;
+	/* Acq_rel: every holder's use happens before the destruction. */
+	if (atomic_fetch_sub_explicit(&pool->refcnt, 1,
+				      memory_order_acq_rel) != 1)
+		return;
+	tcache_pool_destroyed(pool);
+	pthread_mutex_destroy(&pool->drain_lock);
+	pool_free_memory(pool);
+}
+
+void pool_note_used(struct kvp_pool *pool, uint64_t used)
+{
+	uint64_t peak =
+		atomic_load_explicit(&pool->peak_used, memory_order_relaxed);
+
+	/* Relaxed: a statistic; the CAS loop only keeps the maximum. */
+	while (used > peak &&
+	       !atomic_compare_exchange_weak_explicit(&pool->peak_used, &peak,
+						      used, memory_order_relaxed,
+						      memory_order_relaxed))
+		;
+}
+
+/* Marks freshly allocated ids as held once (0 -> 1, see above). */
+static void mark_allocated(struct kvp_pool *pool, const uint32_t *ids,
+			   uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++)
+		atomic_store_explicit(&pool->state[ids[i]], 1,
+				      memory_order_relaxed);
+	if (pool->flags & KVP_POOL_ZERO && pool->data)
+		for (uint32_t i = 0; i < n; i++)
+			memset(pool->data + (size_t)ids[i] * pool->block_bytes,
+			       0, pool->block_bytes);
+}
+
+/* No thread cache: straight from the global stack. */
+static int alloc_direct(struct kvp_pool *pool, uint32_t n, uint32_t *ids)
+{
+	uint32_t first;
+
+	if (!stack_pop_chain(&pool->stack, pool->next, n, n, &first))
+		return -ENOSPC;
+	stack_chain_copy(pool->next, first, n, ids);
+	pool_note_used(pool, pool->num_blocks -
+				     atomic_load_explicit(&pool->stack.count,
+							  memory_order_relaxed));
+	atomic_fetch_add_explicit(&pool->direct_allocs, n,
+				  memory_order_relaxed);
+	return 0;
+}
+
+/*
+ * Owner, inside an operation, with c < n parked: tops the cache up from
+ * the global stack so that n can be taken and about half a cache remains.
+ */
+static int alloc_refill(struct kvp_pool *pool, struct tcache *tc, uint32_t c,
+			uint32_t n, uint32_t *ids)
+{
+	uint32_t need = n - c, half = tc->cap / 2, extra = 0, first, k;
+
+	if (n <= tc->cap)
+		extra = half < tc->cap - n ? half : tc->cap - n;
+	k = stack_pop_chain(&pool->stack, pool->next, need, need + extra,
+			    &first);
+	if (!k)
+		return -ENOSPC;
+	if (c + k <= tc->cap) {
+		stack_chain_copy(pool->next, first, k, tc->slots + c);
+		c += k;
+		memcpy(ids, tc->slots + c - n, n * sizeof(*ids));
+		tcache_set_count(tc, c - n);
+	} else { /* n > cap: everything parked plus the chain */
+		memcpy(ids, tc->slots, c * sizeof(*ids));
+		stack_chain_copy(pool->next, first, k, ids + c);
+		tcache_set_count(tc, 0);
+	}
+	return 0;
+}
+
+KVP_API int kvp_pool_alloc(struct kvp_pool *pool, uint32_t n, uint32_t *ids)
+{
+	struct tcache *tc;
+	uint32_t c;
+	int err;
+
+	if (unlikely(!pool || !ids || n == 0))
+		return -EINVAL;
+	tc = tcache_get(pool);
+	if (unlikely(!tc)) {
+		err = alloc_direct(pool, n, ids);
+		if (err)
+			return err;
+		mark_allocated(pool, ids, n);
+		return 0;
+	}
+	while (unlikely(!tcache_enter(tc)))
+		tcache_wait_drain(tc);
+	c = tcache_count(tc);
+	if (likely(c >= n)) {
+		c -= n;
+		memcpy(ids, tc->slots + c, n * sizeof(*ids));
+		tcache_set_count(tc, c);
+		err = 0;
+	} else {
+		err = alloc_refill(pool, tc, c, n, ids);
+	}
+	tcache_exit(tc);
+	if (unlikely(err))
+		err = tcache_drain_alloc(pool, n, ids);
+	if (unlikely(err))
+		return err;
+	mark_allocated(pool, ids, n);
+	tcache_add(&tc->allocs, n);
+	return 0;
+}
+
+/* Undoes drop_refs() on ids[0..i), in reverse. */
+static void undo_drops(struct kvp_pool *pool, const uint32_t *ids, uint32_t i)
+{
+	while (i--) {
+		_Atomic uint32_t *st = &pool->state[ids[i]];
+		uint32_t s = atomic_load_explicit(st, memory_order_relaxed);
+
+		if (s & KVP_ST_FREEING)
+			/* Still ours alone: back to one reference. */
+			atomic_store_explicit(st, (s & ~KVP_ST_FREEING) + 1,
+					      memory_order_relaxed);
+		else
+			atomic_fetch_add_explicit(st, 1, memory_order_relaxed);
+	}
+}
+
+/*
+ * First pass of kvp_pool_free: drops one reference per id; returns how
+ * many blocks became FREEING, or -EALREADY with nothing changed.
+ */
+static int drop_refs(struct kvp_pool *pool, const uint32_t *ids, uint32_t n)
+{
+	int zeroed = 0;
+
+	for (uint32_t i = 0; i < n; i++) {
+		_Atomic uint32_t *st = &pool->state[ids[i]];
+		/* Acquire: pairs with other holders' release decrements. */
+		uint32_t s = atomic_load_explicit(st, memory_order_acquire);
+		uint32_t nw;
+
+		if (likely(s == 1)) {
+			/* Sole holder: see the argument at the top. */
+			atomic_store_explicit(st, KVP_ST_FREEING,
+					      memory_order_relaxed);
+			zeroed++;
+			continue;
+		}
+		do {
+			if ((s & KVP_ST_REFS_MASK) == 0 ||
+			    (s & KVP_ST_FREEING)) {
+				undo_drops(pool, ids, i);
+				return -EALREADY;
+			}
+			nw = s - 1;
+			if ((nw & KVP_ST_REFS_MASK) == 0)
+				nw |= KVP_ST_FREEING;
+			/* Release: orders our use of the block before the
+			 * last holder's free. */
+		} while (!atomic_compare_exchange_weak_explicit(
+			st, &s, nw, memory_order_acq_rel,
+			memory_order_acquire));
+		if (nw & KVP_ST_FREEING)
+			zeroed++;
+	}
+	return zeroed;
+}
+
+/* Takes a FREEING block to free (0); false if it is not FREEING. */
+static inline bool take_freeing(struct kvp_pool *pool, uint32_t id)
+{
+	_Atomic uint32_t *st = &pool->state[id];
+
+	if (atomic_load_explicit(st, memory_order_relaxed) != KVP_ST_FREEING)
+		return false;
+	/* Relaxed: the free list that receives the id publishes it. */
+	atomic_store_explicit(st, 0, memory_order_relaxed);
+	return true;
+}
+
+static void free_direct(struct kvp_pool *pool, const uint32_t *ids,
+			uint32_t n)
+{
+	uint32_t first = KVP_NIL, last = KVP_NIL, k = 0;
+
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t id = ids[i];
+
+		if (!take_freeing(pool, id))
+			continue;
+		if (k++)
+			atomic_store_explicit(&pool->next[last], id,
+					      memory_order_relaxed);
+		else
+			first = id;
+		last = id;
+	}
+	stack_push_chain(&pool->stack, pool->next, first, last, k);
+	atomic_fetch_add_explicit(&pool->direct_frees, k, memory_order_relaxed);
+}
+
+KVP_API int kvp_pool_free(struct kvp_pool *pool, const uint32_t *ids,
+			  uint32_t n)
+{
+	struct tcache *tc;
+	uint32_t c;
+	int zeroed;
+
+	if (unlikely(!pool || !ids || n == 0))
+		return -EINVAL;
+	for (uint32_t i = 0; i < n; i++)
+		if (unlikely(ids[i] >= pool->num_blocks))
+			return -ERANGE;
+	zeroed = drop_refs(pool, ids, n);
+	if (zeroed <= 0)
+		return zeroed;
+
+	tc = tcache_get(pool);
+	if (unlikely(!tc)) {
+		free_direct(pool, ids, n);
+		return 0;
+	}
+	while (unlikely(!tcache_enter(tc)))
+		tcache_wait_drain(tc);
+	c = tcache_count(tc);
+	for (uint32_t i = 0; i < n; i++) {
+		if (!take_freeing(pool, ids[i]))
+			continue;
+		if (unlikely(c == tc->cap)) {
+			tcache_set_count(tc, c);
+			tcache_flush_half(tc);
+			c = tcache_count(tc);
+		}
+		tc->slots[c++] = ids[i];
+	}
+	tcache_set_count(tc, c);
+	tcache_exit(tc);
+	tcache_add(&tc->frees, (uint64_t)zeroed);
+	return 0;
+}
+
+KVP_API int kvp_block_ref(struct kvp_pool *pool, uint32_t id)
+{
+	_Atomic uint32_t *st;
+	uint32_t s;
+
+	if (!pool)
+		return -EINVAL;
+	if (id >= pool->num_blocks)
+		return -ERANGE;
+	st = &pool->state[id];
+	s = atomic_load_explicit(st, memory_order_relaxed);
+	do {
+		if ((s & KVP_ST_REFS_MASK) == 0 || (s & KVP_ST_FREEING))
+			return -EALREADY;
+		if ((s & KVP_ST_REFS_MASK) == KVP_MAX_REFS)
+			return -EOVERFLOW;
+		/* Relaxed: taking a reference publishes nothing. */
+	} while (!atomic_compare_exchange_weak_explicit(
+		st, &s, s + 1, memory_order_relaxed, memory_order_relaxed));
+	return 0;
+}
+
+KVP_API int kvp_block_refcount(struct kvp_pool *pool, uint32_t id)
+{
+	uint32_t s;
+
+	if (!pool)
+		return -EINVAL;
+	if (id >= pool->num_blocks)
+		return -ERANGE;
+	s = atomic_load_explicit(&pool->state[id], memory_order_relaxed);
+	return s & KVP_ST_FREEING ? 0 : (int)(s & KVP_ST_REFS_MASK);
+}
+
+KVP_API void *kvp_block_data(struct kvp_pool *pool, uint32_t id)
+{
+	if (!pool || !pool->data || id >= pool->num_blocks)
+		return NULL;
+	return pool->data + (size_t)id * pool->block_bytes;
+}
+
+KVP_API size_t kvp_block_bytes(const struct kvp_pool *pool)
+{
+	return pool ? pool->block_bytes : 0;
+}
+
+KVP_API uint32_t kvp_pool_block_tokens(const struct kvp_pool *pool)
+{
+	return pool ? pool->block_tokens : 0;
+}
+
+KVP_API void kvp_pool_stats(struct kvp_pool *pool, struct kvp_pool_stats *st)
+{
+	uint64_t parked, allocs, frees, on_stack;
+	uint32_t threads;
+
+	if (!pool || !st)
+		return;
+	tcache_sum(pool, &parked, &allocs, &frees, &threads);
+	/* Relaxed: statistics. */
+	on_stack = atomic_load_explicit(&pool->stack.count,
+					memory_order_relaxed);
+	memset(st, 0, sizeof(*st));
+	st->total = pool->num_blocks;
+	st->in_thread_caches = parked;
+	st->free = on_stack + parked;
+	if (st->free > st->total)
+		st->free = st->total;
+	st->used = st->total - st->free;
+	pool_note_used(pool, st->used);
+	st->peak_used =
+		atomic_load_explicit(&pool->peak_used, memory_order_relaxed);
+	st->allocs = allocs + atomic_load_explicit(&pool->direct_allocs,
+						   memory_order_relaxed);
+	st->frees = frees + atomic_load_explicit(&pool->direct_frees,
+						 memory_order_relaxed);
+	st->cache_blocks = pool->cache_cap;
+	st->threads = threads;
+}
+
+/* kvp_pool_check: marks id as seen on a free list; false if it was. */
+static bool check_mark(uint8_t *seen, uint32_t id)
+{
+	bool was = seen[id / 8] & (1u << (id % 8));
+
+	seen[id / 8] |= (uint8_t)(1u << (id % 8));
+	return !was;
+}
+
+#define check_fail(...)                                                      \
+	do {                                                                 \
+		fprintf(stderr, "kvp_pool_check: " __VA_ARGS__);             \
+		err = -EFAULT;                                               \
+		goto out;                                                    \
+	} while (0)
+
+KVP_API int kvp_pool_check(struct kvp_pool *pool)
+{
+	size_t bytes;
+	uint8_t *seen;
+	uint64_t on_stack = 0, parked = 0, counted;
+	uint32_t id;
+	int err = 0;
+
+	if (!pool)
+		return -EINVAL;
+	bytes = pool->num_blocks / 8 + 1;
+	seen = kvp_calloc(bytes, 1);
+	if (!seen)
+		return -ENOMEM;
+
+	/* Quiescent: relaxed loads see every thread's last writes, ordered
+	 * by whatever made the pool quiescent (joins, locks). */
+	id = stack_top(atomic_load_explicit(&pool->stack.head,
+					    memory_order_acquire));
+	while (id != KVP_NIL) {
+		if (id >= pool->num_blocks)
+			check_fail("stack link %u out of range\n", id);
+		if (!check_mark(seen, id))
+			check_fail("block %u twice on the free lists\n", id);
+		if (++on_stack > pool->num_blocks)
+			check_fail("cycle in the free stack\n");
+		id = atomic_load_explicit(&pool->next[id],
+					  memory_order_relaxed);
+	}
+	counted = atomic_load_explicit(&pool->stack.count,
+				       memory_order_relaxed);
+	if (counted != on_stack)
+		check_fail("stack count %llu, but %llu blocks on it\n",
+			   (unsigned long long)counted,
+			   (unsigned long long)on_stack);
+
+	for (struct tcache *tc = atomic_load_explicit(&pool->tcaches,
+						      memory_order_acquire);
+	     tc; tc = tc->next) {
+		uint32_t c = tcache_count(tc);
+
+		if (c > tc->cap)
+			check_fail("cache holds %u > capacity %u\n", c,
+				   tc->cap);
+		if (atomic_load_explicit(&tc->busy, memory_order_relaxed) ||
+		    atomic_load_explicit(&tc->drain, memory_order_relaxed))
+			check_fail("cache busy or draining at quiescence\n");
+		for (uint32_t i = 0; i < c; i++) {
+			id = tc->slots[i];
+			if (id >= pool->num_blocks)
+				check_fail("cached id %u out of range\n", id);
+			if (!check_mark(seen, id))
+				check_fail("block %u twice on the free "
+					   "lists\n",
+					   id);
+		}
+		parked += c;
+	}
+
+	for (id = 0; id < pool->num_blocks; id++) {
+		uint32_t s = atomic_load_explicit(&pool->state[id],
+						  memory_order_relaxed);
+		bool listed = seen[id / 8] & (1u << (id % 8));
+
+		if (s & KVP_ST_FREEING)
+			check_fail("block %u stuck in FREEING\n", id);
+		if (s == 0 && !listed)
+			check_fail("free block %u is on no free list (lost)\n",
+				   id);
+		if (s != 0 && listed)
+			check_fail("block %u has %u references but is on a "
+				   "free list\n",
+				   id, s & KVP_ST_REFS_MASK);
+	}
+	pool_note_used(pool, pool->num_blocks - on_stack - parked);
+out:
+	kvp_free(seen, bytes);
+	return err;
+}

@@ -1,0 +1,162 @@
+/*
+ * tcache.h - per-thread block caches (magazines) in front of the global stack.
+ *
+ * The owner thread allocates from and frees into its cache with plain loads
+ * and stores on cache lines nobody else writes; a thread that finds the pool
+ * nearly exhausted drains every cache (tcache.c has the protocol and its
+ * correctness argument).
+ *
+ * Synchronisation table:
+ *   owner operation  vs  owner operation (same cache)   impossible (one owner)
+ *   owner operation  vs  drain                          safe: the drain waits
+ *                                                        for `busy` to clear;
+ *                                                        the owner backs off
+ *                                                        when `drain` is set
+ *   drain            vs  drain (same pool)              serialised by
+ *                                                        pool->drain_lock
+ *   stats walk       vs  everything                     safe (relaxed reads)
+ */
+#ifndef KVP_TCACHE_H
+#define KVP_TCACHE_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "compiler.h"
+#include "pool.h"
+
+struct tcache {
+	/* Owner-written line. */
+	/* 1 while the owner operates on the cache.  Owner: relaxed store 1,
+	 * release store 0; drainer: acquire load. */
+	kvp_cacheline_aligned _Atomic uint32_t busy;
+	/* Blocks in slots.  Owner, or a drainer that saw busy == 0. */
+	_Atomic uint32_t count;
+	/* Blocks handed out / returned to free through this cache.  Owner
+	 * writes (relaxed load + store, never an RMW); stats read relaxed. */
+	_Atomic uint64_t allocs, frees;
+
+	/* Drainer-written line: 1 while a drainer owns the slots. */
+	kvp_cacheline_aligned _Atomic uint32_t drain;
+
+	/* Read-mostly. */
+	kvp_cacheline_aligned struct kvp_pool *pool; /* immutable */
+	uint32_t cap;				   /* immutable */
+	/* The owning thread's record, NULL for an orphaned cache that a new
+	 * thread may adopt.  Synchronization: tcache_global_lock; stats read
+	 * it relaxed. */
+	_Atomic(void *) owner;
+	/* Next cache of the pool.  Immutable after publication. */
+	struct tcache *next;
+	/* Free block ids, slots[0..count); slots[count - 1] is the hottest. */
+	uint32_t slots[];
+};
+
+/*
+ * Whether sys_membarrier(PRIVATE_EXPEDITED) is registered for this
+ * process; if not, owners pay a full fence per operation.  Written once
+ * before the first pool exists.
+ */
+extern bool tcache_membarrier_ok;
+
+/*
+ * Returns the calling thread's cache for pool, creating or adopting one on
+ * first use; NULL if the pool has no caches or memory ran out (callers then
+ * use the global stack directly).
+ */
+struct tcache *tcache_get_slow(struct kvp_pool *pool);
+
+struct tcache_tls_last {
+	struct kvp_pool *pool;
+	uint64_t uid;
+	struct tcache *tc;
+};
+extern __thread struct tcache_tls_last tcache_last;
+
+static inline struct tcache *tcache_get(struct kvp_pool *pool)
+{
+	/* The uid check makes a stale entry for a destroyed pool at the same
+	 * address miss. */
+	if (likely(tcache_last.pool == pool && tcache_last.uid == pool->uid))
+		return tcache_last.tc;
+	return tcache_get_slow(pool);
+}
+
+/*
+ * Enters an owner operation.  Returns false if a drain is in progress (the
+ * caller must call tcache_wait_drain() and retry); then the cache is not
+ * entered.
+ */
+static inline bool tcache_enter(struct tcache *tc)
+{
+	/* Relaxed: ordered before the load of `drain` by the fence below
+	 * (or by the drainer's membarrier). */
+	atomic_store_explicit(&tc->busy, 1, memory_order_relaxed);
+	if (unlikely(!tcache_membarrier_ok))
+		atomic_thread_fence(memory_order_seq_cst);
+	else
+		kvp_compiler_barrier();
+	/* Acquire: pairs with the drainer's release store of 0, so the
+	 * drained count is seen. */
+	if (likely(!atomic_load_explicit(&tc->drain, memory_order_acquire)))
+		return true;
+	/* Release: pairs with the drainer's acquire load of busy. */
+	atomic_store_explicit(&tc->busy, 0, memory_order_release);
+	return false;
+}
+
+static inline void tcache_exit(struct tcache *tc)
+{
+	/* Release: publishes slots and count to a drainer that sees 0. */
+	atomic_store_explicit(&tc->busy, 0, memory_order_release);
+}
+
+/* Blocks until the drain in progress on tc's pool has finished. */
+void tcache_wait_drain(struct tcache *tc);
+
+static inline uint32_t tcache_count(struct tcache *tc)
+{
+	/* Relaxed: only the owner writes it outside drains. */
+	return atomic_load_explicit(&tc->count, memory_order_relaxed);
+}
+
+static inline void tcache_set_count(struct tcache *tc, uint32_t c)
+{
+	/* Relaxed: published by tcache_exit()'s release. */
+	atomic_store_explicit(&tc->count, c, memory_order_relaxed);
+}
+
+/* Owner-only counter bump: a load and a store, never an RMW. */
+static inline void tcache_add(_Atomic uint64_t *ctr, uint64_t n)
+{
+	atomic_store_explicit(
+		ctr, atomic_load_explicit(ctr, memory_order_relaxed) + n,
+		memory_order_relaxed);
+}
+
+/*
+ * Owner, inside an operation: moves the oldest half of a full cache to
+ * the global stack.
+ */
+void tcache_flush_half(struct tcache *tc);
+
+/*
+ * Drains every cache of the pool to the global stack, then pops exactly n
+ * ids into ids (all or nothing).  The caller must not be inside an owner
+ * operation.  Returns 0 or -ENOSPC.
+ */
+int tcache_drain_alloc(struct kvp_pool *pool, uint32_t n, uint32_t *ids);
+
+/* Sums the pool's caches: parked blocks, allocs, frees, attached threads. */
+void tcache_sum(struct kvp_pool *pool, uint64_t *parked, uint64_t *allocs,
+		uint64_t *frees, uint32_t *threads);
+
+/* Registers a new pool as live (its caches may be created). */
+void tcache_pool_created(struct kvp_pool *pool);
+/* Unregisters a pool and frees its caches; nobody uses it any more. */
+void tcache_pool_destroyed(struct kvp_pool *pool);
+
+/* Process-wide setup done before the first pool: membarrier, uids. */
+uint64_t tcache_next_uid(void);
+
+#endif /* KVP_TCACHE_H */

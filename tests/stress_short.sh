@@ -1,0 +1,9 @@
+#!/bin/sh
+# Short runs of the stress programs for `make check` (`make stress` runs
+# long ones).  Each program checks its invariants and exits non-zero on a
+# violation; under TSan, halt_on_error makes any report fatal.
+set -e
+b=${top_builddir:-.}
+"$b/stress/stress_pool" 4 2
+"$b/stress/stress_pool" 2 1 --cache 0
+"$b/stress/stress_pool" 3 1 --blocks 64 --cache 8
