@@ -86,6 +86,9 @@ struct kvp_pool_config {
 	 * num_blocks / (8 * online CPUs)), rounded down to even, and no cache
 	 * when that is below 2, so caches never strand a large share of a
 	 * small pool.  At most KVP_MAX_CACHE_BLOCKS and at most num_blocks.
+	 * Refills and flushes move half a cache, so an explicit odd value
+	 * is rounded down to even, and 1 means no cache (as does the flag
+	 * KVP_POOL_NOCACHE); kvp_pool_stats() reports the value in effect.
 	 */
 	uint32_t cache_blocks;
 	int32_t device_id;		/* informational; -1 = host */

@@ -87,8 +87,11 @@ static void claim(uint32_t tag, const uint32_t *ids, uint32_t n)
 			fail("id %u out of range\n", ids[i]);
 			return;
 		}
-		if (!atomic_compare_exchange_strong(&owner[ids[i]], &expect,
-						    tag)) {
+		/* Relaxed: the claim only detects double hand-outs; the
+		 * data's ordering must come from the pool, not from here. */
+		if (!atomic_compare_exchange_strong_explicit(
+			    &owner[ids[i]], &expect, tag, memory_order_relaxed,
+			    memory_order_relaxed)) {
 			fail("block %u handed to thread %u while thread %u "
 			     "holds it\n",
 			     ids[i], tag, expect);
@@ -111,8 +114,9 @@ static void unclaim(uint32_t tag, const uint32_t *ids, uint32_t n)
 		if (data[0] != tag || data[1] != ids[i])
 			fail("block %u data overwritten while held\n",
 			     ids[i]);
-		if (!atomic_compare_exchange_strong(&owner[ids[i]], &expect,
-						    0))
+		if (!atomic_compare_exchange_strong_explicit(
+			    &owner[ids[i]], &expect, 0, memory_order_relaxed,
+			    memory_order_relaxed))
 			fail("block %u owned by %u, freed by %u\n", ids[i],
 			     expect, tag);
 	}

@@ -1,0 +1,19 @@
+#!/bin/sh
+# Installs kvpool's build and test dependencies from Debian 12 packages.
+# Runs apt-get through sudo unless already root.  Idempotent.
+set -e
+SUDO=
+[ "$(id -u)" -eq 0 ] || SUDO=sudo
+PKGS="build-essential autoconf automake libtool pkg-config autoconf-archive \
+check liburcu-dev libjemalloc-dev libxxhash-dev libssl-dev python3"
+# Only ask apt when something is missing: keeps repeated runs fast.
+missing=
+for p in $PKGS; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" ||
+		missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+echo "install-deps: installing:$missing"
+$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	--no-install-recommends $missing >/dev/null
