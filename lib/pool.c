@@ -18,24 +18,27 @@
  *   r -> r - 1      kvp_pool_free with r >= 2: CAS loop with release, so
  *                   that the last holder (who loads with acquire) sees this
  *                   holder's writes before the block is reused.
- *   1 -> FREEING    kvp_pool_free by the last holder.  A thread that sees
- *                   exactly 1 holds that one reference itself, so nobody
+ *   1 -> 0          kvp_pool_free by the last holder.  A thread that sees
+ *   (or FREEING)    exactly 1 holds that one reference itself, so nobody
  *                   else may change the word (taking a reference requires
  *                   holding one), and a plain store suffices: no RMW on the
  *                   common free path.  The acquire load that saw 1 pairs
  *                   with the release decrements of the other holders.
- *   FREEING -> 0    the same call, just before it puts the id on a free
- *                   list (relaxed: the list publishes it).
  *
- * FREEING makes kvp_pool_free all or nothing: the first pass drops every
- * reference and marks blocks whose count reached zero; a block seen free
- * or FREEING is a double free (or appears in the call more often than it
- * has references), and the pass undoes what it did, in reverse, before
- * returning -EALREADY.  Only then does a second pass move the FREEING
- * blocks to a free list, each exactly once even if its id repeats.
+ * kvp_pool_free is all or nothing.  Freeing up to half a cache, it makes
+ * one pass: each block whose count reaches 0 is written into the cache's
+ * slots above its published count (no drainer reads there), and only a
+ * complete pass publishes the new count.  A block seen free is a double
+ * free, or an id repeated more often than it has references: the pass is
+ * undone in reverse (a word we set to 0 goes back to 1, others get their
+ * reference back) and -EALREADY returned.  Larger frees (and pools without
+ * caches) mark blocks reaching zero FREEING in a first pass, with the same
+ * undo, then link every FREEING block, each once even if its id repeats,
+ * into one chain for the global stack (FREEING -> 0 just before).
+ *
  * A double free that races another free of the same block (two threads
  * both seeing 1) is a caller bug that cannot be detected without an RMW on
- * every free; it is documented as such.
+ * every free; kvpool.h documents it.
  */
 #include <errno.h>
 #include <string.h>
@@ -238,17 +241,22 @@ void pool_note_used(struct kvp_pool *pool, uint64_t used)
 		;
 }
 
+/* Zeroes the data of freshly allocated blocks (KVP_POOL_ZERO). */
+static void zero_blocks(struct kvp_pool *pool, const uint32_t *ids,
+			uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++)
+		memset(pool->data + (size_t)ids[i] * pool->block_bytes, 0,
+		       pool->block_bytes);
+}
+
 /* Marks freshly allocated ids as held once (0 -> 1, see above). */
-static void mark_allocated(struct kvp_pool *pool, const uint32_t *ids,
-			   uint32_t n)
+static inline void mark_allocated(struct kvp_pool *pool, const uint32_t *ids,
+				  uint32_t n)
 {
 	for (uint32_t i = 0; i < n; i++)
 		atomic_store_explicit(&pool->state[ids[i]], 1,
 				      memory_order_relaxed);
-	if (pool->flags & KVP_POOL_ZERO && pool->data)
-		for (uint32_t i = 0; i < n; i++)
-			memset(pool->data + (size_t)ids[i] * pool->block_bytes,
-			       0, pool->block_bytes);
 }
 
 /* No thread cache: straight from the global stack. */
@@ -259,6 +267,7 @@ static int alloc_direct(struct kvp_pool *pool, uint32_t n, uint32_t *ids)
 	if (!stack_pop_chain(&pool->stack, pool->next, n, n, &first))
 		return -ENOSPC;
 	stack_chain_copy(pool->next, first, n, ids);
+	mark_allocated(pool, ids, n);
 	pool_note_used(pool, pool->num_blocks -
 				     atomic_load_explicit(&pool->stack.count,
 							  memory_order_relaxed));
@@ -292,125 +301,283 @@ static int alloc_refill(struct kvp_pool *pool, struct tcache *tc, uint32_t c,
 		stack_chain_copy(pool->next, first, k, ids + c);
 		tcache_set_count(tc, 0);
 	}
+	mark_allocated(pool, ids, n);
 	return 0;
 }
 
-KVP_API int kvp_pool_alloc(struct kvp_pool *pool, uint32_t n, uint32_t *ids)
+/* Everything but the common case of kvp_pool_alloc; see below. */
+static __attribute__((noinline)) int alloc_slow(struct kvp_pool *pool,
+						uint32_t n, uint32_t *ids)
 {
-	struct tcache *tc;
+	struct tcache *tc = tcache_get(pool);
 	uint32_t c;
 	int err;
 
-	if (unlikely(!pool || !ids || n == 0))
-		return -EINVAL;
-	tc = tcache_get(pool);
 	if (unlikely(!tc)) {
 		err = alloc_direct(pool, n, ids);
-		if (err)
-			return err;
-		mark_allocated(pool, ids, n);
-		return 0;
+		goto out;
 	}
 	while (unlikely(!tcache_enter(tc)))
 		tcache_wait_drain(tc);
 	c = tcache_count(tc);
-	if (likely(c >= n)) {
+	if (c >= n) {
 		c -= n;
 		memcpy(ids, tc->slots + c, n * sizeof(*ids));
 		tcache_set_count(tc, c);
+		mark_allocated(pool, ids, n);
 		err = 0;
 	} else {
 		err = alloc_refill(pool, tc, c, n, ids);
 	}
 	tcache_exit(tc);
-	if (unlikely(err))
+	if (unlikely(err)) {
 		err = tcache_drain_alloc(pool, n, ids);
-	if (unlikely(err))
-		return err;
-	mark_allocated(pool, ids, n);
+		if (!err)
+			mark_allocated(pool, ids, n);
+	}
+	if (likely(!err))
+		tcache_add(&tc->allocs, n);
+out:
+	if (!err && (pool->flags & KVP_POOL_ZERO) && pool->data)
+		zero_blocks(pool, ids, n);
+	return err;
+}
+
+/*
+ * The common case is a leaf: the calling thread's cache for this pool was
+ * the last one it used, no drain is in progress, the cache holds n blocks
+ * and nothing needs zeroing.  Anything else goes to alloc_slow().
+ */
+KVP_API int kvp_pool_alloc(struct kvp_pool *pool, uint32_t n, uint32_t *ids)
+{
+	struct tcache *tc;
+	_Atomic uint32_t *state;
+	const uint32_t *slots;
+	uint32_t c;
+
+	if (unlikely(!pool || !ids || n == 0))
+		return -EINVAL;
+	if (unlikely(tcache_last.pool != pool || tcache_last.uid != pool->uid ||
+		     (pool->flags & KVP_POOL_ZERO)))
+		return alloc_slow(pool, n, ids);
+	tc = tcache_last.tc;
+	if (unlikely(!tcache_enter(tc)))
+		return alloc_slow(pool, n, ids);
+	c = tcache_count(tc);
+	if (unlikely(c < n)) {
+		tcache_exit(tc);
+		return alloc_slow(pool, n, ids);
+	}
+	/* Locals: ids may alias anything, so the compiler would reload the
+	 * fields on every iteration. */
+	state = pool->state;
+	slots = tc->slots;
+	/* The hottest ids first; one pass copies and marks. */
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t id = slots[--c];
+
+		ids[i] = id;
+		atomic_store_explicit(&state[id], 1, memory_order_relaxed);
+	}
+	tcache_set_count(tc, c);
+	tcache_exit(tc);
 	tcache_add(&tc->allocs, n);
 	return 0;
 }
 
-/* Undoes drop_refs() on ids[0..i), in reverse. */
-static void undo_drops(struct kvp_pool *pool, const uint32_t *ids, uint32_t i)
+static int cmp_u32(const void *a, const void *b)
 {
-	while (i--) {
-		_Atomic uint32_t *st = &pool->state[ids[i]];
-		uint32_t s = atomic_load_explicit(st, memory_order_relaxed);
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
 
-		if (s & KVP_ST_FREEING)
-			/* Still ours alone: back to one reference. */
-			atomic_store_explicit(st, (s & ~KVP_ST_FREEING) + 1,
-					      memory_order_relaxed);
-		else
-			atomic_fetch_add_explicit(st, 1, memory_order_relaxed);
+	return (x > y) - (x < y);
+}
+
+static inline bool state_held(uint32_t s)
+{
+	return (s & KVP_ST_REFS_MASK) != 0 && !(s & KVP_ST_FREEING);
+}
+
+/*
+ * An id repeated k times needs k references.  The shared ids (still held
+ * after the first pass) are sorted and each run's length compared with the
+ * block's count, which a legitimate caller's own references keep at least
+ * that high whatever other holders do.
+ */
+static __attribute__((noinline)) int check_multiplicity(struct kvp_pool *pool, const uint32_t *ids,
+			      uint32_t n, uint32_t shared)
+{
+	uint32_t local[64], *buf = local, m = 0;
+	int err = 0;
+
+	if (shared > KVP_ARRAY_SIZE(local)) {
+		buf = kvp_malloc(shared * sizeof(*buf));
+		if (!buf)
+			return -ENOMEM;
+	}
+	for (uint32_t i = 0; i < n && m < shared; i++)
+		if (state_held(atomic_load_explicit(&pool->state[ids[i]],
+						    memory_order_relaxed)))
+			buf[m++] = ids[i];
+	qsort(buf, m, sizeof(*buf), cmp_u32);
+	for (uint32_t i = 0, j; i < m && !err; i = j) {
+		for (j = i + 1; j < m && buf[j] == buf[i]; j++)
+			;
+		if (j - i > 1 && (atomic_load_explicit(&pool->state[buf[i]],
+						       memory_order_relaxed) &
+				  KVP_ST_REFS_MASK) < j - i)
+			err = -EALREADY;
+	}
+	if (buf != local)
+		kvp_free(buf, shared * sizeof(*buf));
+	return err;
+}
+
+/*
+ * Second pass of kvp_pool_free over blocks that had other holders: drops
+ * one reference per occurrence; a block whose count reaches zero gets the
+ * word `zero` and, if out, goes to out[*z].  Blocks the first pass took to
+ * zero (word `zero`) are skipped.  Cannot fail once check_multiplicity()
+ * passed, short of a racing double free (a caller bug).
+ */
+static __attribute__((noinline)) void drop_shared(struct kvp_pool *pool, const uint32_t *ids, uint32_t n,
+			uint32_t zero, uint32_t *out, uint32_t *z)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		_Atomic uint32_t *st = &pool->state[ids[i]];
+		uint32_t s = atomic_load_explicit(st, memory_order_acquire);
+		uint32_t nw;
+
+		do {
+			if (!state_held(s))
+				goto next;
+			nw = s - 1;
+			if ((nw & KVP_ST_REFS_MASK) == 0)
+				nw = zero;
+			/* Release: orders our use of the block before the
+			 * last holder's free; acquire: if we are the last
+			 * holder. */
+		} while (!atomic_compare_exchange_weak_explicit(
+			st, &s, nw, memory_order_acq_rel,
+			memory_order_acquire));
+		if (nw == zero) {
+			if (out)
+				out[*z] = ids[i];
+			(*z)++;
+		}
+next:;
 	}
 }
 
 /*
- * First pass of kvp_pool_free: drops one reference per id; returns how
- * many blocks became FREEING, or -EALREADY with nothing changed.
+ * First pass of kvp_pool_free (see the argument at the top): checks every
+ * id, takes each sole-held block (word exactly 1) to `zero` and, if out,
+ * lists it in out[]; counts the blocks with other holders in *shared
+ * without touching them.  On error, restores the blocks it took (they are
+ * the caller's alone) and returns -ERANGE or -EALREADY; else the number of
+ * blocks taken to zero.
  */
-static int drop_refs(struct kvp_pool *pool, const uint32_t *ids, uint32_t n)
+static inline __attribute__((always_inline)) int drop_sole(struct kvp_pool *pool, const uint32_t *ids,
+			    uint32_t n, uint32_t zero, uint32_t *out,
+			    uint32_t *shared)
 {
-	int zeroed = 0;
+	/* Locals: ids may alias anything, so the compiler would reload the
+	 * fields on every iteration. */
+	_Atomic uint32_t *state = pool->state;
+	uint32_t num_blocks = pool->num_blocks, z = 0, i;
+	int err = 0;
 
-	for (uint32_t i = 0; i < n; i++) {
-		_Atomic uint32_t *st = &pool->state[ids[i]];
-		/* Acquire: pairs with other holders' release decrements. */
-		uint32_t s = atomic_load_explicit(st, memory_order_acquire);
-		uint32_t nw;
+	for (i = 0; i < n; i++) {
+		uint32_t id = ids[i], s;
 
-		if (likely(s == 1)) {
-			/* Sole holder: see the argument at the top. */
-			atomic_store_explicit(st, KVP_ST_FREEING,
-					      memory_order_relaxed);
-			zeroed++;
-			continue;
+		if (unlikely(id >= num_blocks)) {
+			err = -ERANGE;
+			break;
 		}
-		do {
-			if ((s & KVP_ST_REFS_MASK) == 0 ||
-			    (s & KVP_ST_FREEING)) {
-				undo_drops(pool, ids, i);
-				return -EALREADY;
-			}
-			nw = s - 1;
-			if ((nw & KVP_ST_REFS_MASK) == 0)
-				nw |= KVP_ST_FREEING;
-			/* Release: orders our use of the block before the
-			 * last holder's free. */
-		} while (!atomic_compare_exchange_weak_explicit(
-			st, &s, nw, memory_order_acq_rel,
-			memory_order_acquire));
-		if (nw & KVP_ST_FREEING)
-			zeroed++;
+		/* Acquire: pairs with other holders' release decrements. */
+		s = atomic_load_explicit(&state[id], memory_order_acquire);
+		if (likely(s == 1)) {
+			/* Sole holder: a plain store (see the top). */
+			atomic_store_explicit(&state[id], zero,
+					      memory_order_relaxed);
+			if (out)
+				out[z] = id;
+			z++;
+		} else if (state_held(s)) {
+			(*shared)++;
+		} else {
+			err = -EALREADY;
+			break;
+		}
 	}
-	return zeroed;
+	if (likely(!err))
+		return (int)z;
+	while (i--)
+		if (atomic_load_explicit(&state[ids[i]],
+					 memory_order_relaxed) == zero)
+			atomic_store_explicit(&state[ids[i]], 1,
+					      memory_order_relaxed);
+	return err;
 }
 
-/* Takes a FREEING block to free (0); false if it is not FREEING. */
-static inline bool take_freeing(struct kvp_pool *pool, uint32_t id)
+/* Undoes drop_sole(): every block at `zero` among ids goes back to 1. */
+static __attribute__((noinline)) void undo_sole(struct kvp_pool *pool, const uint32_t *ids, uint32_t n,
+		      uint32_t zero)
 {
-	_Atomic uint32_t *st = &pool->state[id];
-
-	if (atomic_load_explicit(st, memory_order_relaxed) != KVP_ST_FREEING)
-		return false;
-	/* Relaxed: the free list that receives the id publishes it. */
-	atomic_store_explicit(st, 0, memory_order_relaxed);
-	return true;
+	for (uint32_t i = 0; i < n; i++)
+		if (atomic_load_explicit(&pool->state[ids[i]],
+					 memory_order_relaxed) == zero)
+			atomic_store_explicit(&pool->state[ids[i]], 1,
+					      memory_order_relaxed);
 }
 
-static void free_direct(struct kvp_pool *pool, const uint32_t *ids,
-			uint32_t n)
+/*
+ * Both passes: returns the number of blocks taken to `zero` (listed in out
+ * if given) or a negative errno with nothing changed.
+ */
+static inline __attribute__((always_inline)) int
+drop_refs(struct kvp_pool *pool, const uint32_t *ids, uint32_t n,
+	  uint32_t zero, uint32_t *out)
+{
+	uint32_t shared = 0, z;
+	int r = drop_sole(pool, ids, n, zero, out, &shared);
+
+	if (likely(r < 0 || shared == 0))
+		return r;
+	z = (uint32_t)r;
+	if (shared > 1) {
+		r = check_multiplicity(pool, ids, n, shared);
+		if (r) {
+			undo_sole(pool, ids, n, zero);
+			return r;
+		}
+	}
+	drop_shared(pool, ids, n, zero, out, &z);
+	return (int)z;
+}
+
+/*
+ * kvp_pool_free of more ids than half a cache, or without a cache: drops
+ * every reference (blocks reaching zero become FREEING), then pushes the
+ * FREEING blocks to the global stack as one chain.
+ */
+static int free_to_stack(struct kvp_pool *pool, struct tcache *tc,
+			 const uint32_t *ids, uint32_t n)
 {
 	uint32_t first = KVP_NIL, last = KVP_NIL, k = 0;
+	int r = drop_refs(pool, ids, n, KVP_ST_FREEING, NULL);
 
+	if (r <= 0)
+		return r;
 	for (uint32_t i = 0; i < n; i++) {
+		_Atomic uint32_t *st = &pool->state[ids[i]];
 		uint32_t id = ids[i];
 
-		if (!take_freeing(pool, id))
+		/* A repeated id is FREEING only at its first occurrence. */
+		if (atomic_load_explicit(st, memory_order_relaxed) !=
+		    KVP_ST_FREEING)
 			continue;
+		/* Relaxed: the push's release CAS publishes it. */
+		atomic_store_explicit(st, 0, memory_order_relaxed);
 		if (k++)
 			atomic_store_explicit(&pool->next[last], id,
 					      memory_order_relaxed);
@@ -418,48 +585,79 @@ static void free_direct(struct kvp_pool *pool, const uint32_t *ids,
 			first = id;
 		last = id;
 	}
-	stack_push_chain(&pool->stack, pool->next, first, last, k);
-	atomic_fetch_add_explicit(&pool->direct_frees, k, memory_order_relaxed);
+	if (k)
+		stack_push_chain(&pool->stack, pool->next, first, last, k);
+	if (tc)
+		tcache_add(&tc->frees, k);
+	else
+		atomic_fetch_add_explicit(&pool->direct_frees, k,
+					  memory_order_relaxed);
+	return 0;
 }
 
+/*
+ * Frees up to half a cache through it, in one pass: blocks reaching zero
+ * go straight into the cache above its published count, where no drainer
+ * looks; on error the pass is undone and the count never moves.  Owner,
+ * inside an operation, with c + n <= cap.
+ */
+static inline int free_into_cache(struct kvp_pool *pool, struct tcache *tc,
+				  uint32_t c, const uint32_t *ids, uint32_t n)
+{
+	int z = drop_refs(pool, ids, n, 0, tc->slots + c);
+
+	if (unlikely(z < 0)) {
+		tcache_exit(tc);
+		return z;
+	}
+	tcache_set_count(tc, c + (uint32_t)z);
+	tcache_exit(tc);
+	tcache_add(&tc->frees, (uint64_t)z);
+	return 0;
+}
+
+/* Everything but the common case of kvp_pool_free; see below. */
+static __attribute__((noinline)) int free_slow(struct kvp_pool *pool,
+					       const uint32_t *ids, uint32_t n)
+{
+	struct tcache *tc = tcache_get(pool);
+	uint32_t c;
+
+	if (!tc || n > tc->cap / 2)
+		return free_to_stack(pool, tc, ids, n);
+	while (unlikely(!tcache_enter(tc)))
+		tcache_wait_drain(tc);
+	c = tcache_count(tc);
+	if (c + n > tc->cap) {
+		tcache_flush_half(tc);
+		c = tcache_count(tc);
+	}
+	return free_into_cache(pool, tc, c, ids, n);
+}
+
+/*
+ * The common case is a leaf, as for kvp_pool_alloc: the last-used cache,
+ * no drain, room for n more blocks.  Anything else goes to free_slow().
+ */
 KVP_API int kvp_pool_free(struct kvp_pool *pool, const uint32_t *ids,
 			  uint32_t n)
 {
 	struct tcache *tc;
 	uint32_t c;
-	int zeroed;
 
 	if (unlikely(!pool || !ids || n == 0))
 		return -EINVAL;
-	for (uint32_t i = 0; i < n; i++)
-		if (unlikely(ids[i] >= pool->num_blocks))
-			return -ERANGE;
-	zeroed = drop_refs(pool, ids, n);
-	if (zeroed <= 0)
-		return zeroed;
-
-	tc = tcache_get(pool);
-	if (unlikely(!tc)) {
-		free_direct(pool, ids, n);
-		return 0;
-	}
-	while (unlikely(!tcache_enter(tc)))
-		tcache_wait_drain(tc);
+	if (unlikely(tcache_last.pool != pool || tcache_last.uid != pool->uid))
+		return free_slow(pool, ids, n);
+	tc = tcache_last.tc;
+	if (unlikely(!tcache_enter(tc)))
+		return free_slow(pool, ids, n);
 	c = tcache_count(tc);
-	for (uint32_t i = 0; i < n; i++) {
-		if (!take_freeing(pool, ids[i]))
-			continue;
-		if (unlikely(c == tc->cap)) {
-			tcache_set_count(tc, c);
-			tcache_flush_half(tc);
-			c = tcache_count(tc);
-		}
-		tc->slots[c++] = ids[i];
+	if (unlikely(c + n > tc->cap)) {
+		tcache_exit(tc);
+		return free_slow(pool, ids, n);
 	}
-	tcache_set_count(tc, c);
-	tcache_exit(tc);
-	tcache_add(&tc->frees, (uint64_t)zeroed);
-	return 0;
+	return free_into_cache(pool, tc, c, ids, n);
 }
 
 KVP_API int kvp_block_ref(struct kvp_pool *pool, uint32_t id)
