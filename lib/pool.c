@@ -49,6 +49,10 @@
 #include "pool.h"
 #include "tcache.h"
 
+/* Per-block metadata: the state word and the free-stack link. */
+_Static_assert(sizeof(_Atomic uint32_t) * 2 <= 16,
+	       "per-block metadata must stay within 16 bytes");
+
 #define KVP_POOL_KNOWN_FLAGS (KVP_POOL_ZERO | KVP_POOL_NOCACHE)
 #define KVP_AUTO_CACHE_MAX 128u
 
