@@ -208,6 +208,270 @@ KVP_API int kvp_pool_check(struct kvp_pool *pool);
  */
 KVP_API void kvp_thread_flush(void);
 
+/* ------------------------------------------------------------------ */
+/* Sequences                                                           */
+/* ------------------------------------------------------------------ */
+
+/*
+ * A manager keeps the sequences of one model: seq_id (uint64) -> sequence
+ * (token count, block table, access clock, priority) in an RCU lock-free
+ * hash map.  Several managers may share one pool.
+ *
+ * Synchronisation table (manager):
+ *
+ *   operation                     may run concurrently with    note
+ *   ----------------------------  ---------------------------  -----------
+ *   kvp_seq_*, kvp_admit,         everything on any manager    calls on one
+ *   kvp_evict*, kvp_export_*,     of any pool                  sequence are
+ *   kvp_manager_stats/dump                                     serialised by
+ *                                                              its own lock;
+ *                                                              different
+ *                                                              sequences
+ *                                                              never contend
+ *   kvp_manager_check             nothing on the pool          quiescence
+ *   kvp_manager_destroy           nothing on this manager      -
+ *
+ * kvp_seq_fork racing kvp_seq_free of its source either forks all of it or
+ * fails with -ENOENT.  No block is freed while a sequence holds it, none is
+ * leaked.  Threads need no registration: a thread is registered with RCU on
+ * first use and unregistered when it exits.
+ */
+
+enum kvp_policy {
+	KVP_EVICT_LRU = 0,     /* least recently accessed first */
+	KVP_EVICT_LFU = 1,     /* fewest accesses first (ties: LRU) */
+	KVP_EVICT_LONGEST = 2, /* most tokens first (ties: LRU) */
+	KVP_EVICT_PRIORITY = 3 /* lowest priority value first (ties: LRU) */
+};
+
+struct kvp_manager_config {
+	struct kvp_pool *pool; /* the manager takes its own reference */
+	enum kvp_policy policy;
+	/* Utilisation (used / total blocks) at which eviction is due, in
+	 * (0, 1]; 0 = the default 0.9.  kvp_evict_until() with a negative
+	 * target uses it. */
+	float eviction_threshold;
+	/* Fraction of the pool kept free at admission, in [0, 1); 0 = the
+	 * default 0.01.  Use a tiny positive value for none. */
+	float watermark;
+	uint32_t flags; /* none defined yet: must be 0 */
+};
+
+struct kvp_manager;
+
+/*
+ * Creates a manager over cfg->pool (taking a pool reference).  Errors:
+ * -EINVAL (NULL argument, NULL pool, unknown policy or flag, threshold or
+ * watermark out of range or NaN), -ENOMEM.
+ */
+KVP_API int kvp_manager_create(const struct kvp_manager_config *cfg,
+			       struct kvp_manager **out);
+
+/*
+ * Frees every sequence of the manager (their blocks return to the pool),
+ * waits for deferred reclamation and drops the pool reference.  No other
+ * thread may use the manager during or after the call.  NULL is ignored.
+ */
+KVP_API void kvp_manager_destroy(struct kvp_manager *m);
+
+/* A copy the engine must perform: block src's first `tokens` token slots
+ * into block dst (copy-on-write of a shared, partially filled block). */
+struct kvp_copy {
+	uint32_t src, dst, tokens;
+};
+
+/*
+ * Creates sequence `seq` holding num_tokens tokens (0 allowed), allocating
+ * ceil(num_tokens / block_tokens) blocks.  Errors: -EINVAL (NULL manager),
+ * -EEXIST (id in use), -ENOSPC (not enough free blocks), -ENOMEM.
+ */
+KVP_API int kvp_seq_create(struct kvp_manager *m, uint64_t seq,
+			   uint32_t num_tokens);
+
+/*
+ * Appends num_tokens token slots (0 only touches the access clock).  Blocks
+ * are allocated as the last one fills.  If the last block is partially
+ * filled and shared with another sequence (refcount > 1), it is replaced by
+ * a fresh block and the copy is reported in cow[0] (*ncow = 1; with a
+ * data-owning pool the bytes are already copied).  The engine must apply
+ * reported copies before the source block can be reused, i.e. before any
+ * block freed after this call is written (a GPU engine queues the copy
+ * ahead of the step's kernels).  Errors: -EINVAL (NULL manager, cow NULL
+ * with cow_cap > 0, token count overflow), -ENOENT, -ENOSPC (not enough
+ * free blocks, or a copy is needed and cow_cap is 0: *ncow then says 1),
+ * -ENOMEM.  On error nothing is allocated and nothing changes.  ncow may
+ * be NULL.
+ */
+KVP_API int kvp_seq_append(struct kvp_manager *m, uint64_t seq,
+			   uint32_t num_tokens, struct kvp_copy *cow,
+			   uint32_t cow_cap, uint32_t *ncow);
+
+/*
+ * Creates sequence dst sharing all of src's blocks (one more reference on
+ * each) and its token count; priority is inherited, access counters start
+ * afresh.  Errors: -EINVAL, -ENOENT (src unknown, or freed concurrently),
+ * -EEXIST (dst in use, including dst == src), -EOVERFLOW (a block would
+ * exceed KVP_MAX_REFS), -ENOMEM.
+ */
+KVP_API int kvp_seq_fork(struct kvp_manager *m, uint64_t src, uint64_t dst);
+
+/*
+ * Removes a sequence and drops its blocks' references, last block first.
+ * Errors: -EINVAL, -ENOENT.
+ */
+KVP_API int kvp_seq_free(struct kvp_manager *m, uint64_t seq);
+
+/*
+ * Rolls a sequence back to num_tokens tokens (<= its current count),
+ * freeing the blocks no longer needed, last first.  Errors: -EINVAL,
+ * -ENOENT, -ERANGE (num_tokens above the current count).
+ */
+KVP_API int kvp_seq_truncate(struct kvp_manager *m, uint64_t seq,
+			     uint32_t num_tokens);
+
+/*
+ * StreamingLLM trim: keeps the blocks holding the first sink_tokens tokens
+ * (the attention sinks) and the blocks holding the last window_tokens
+ * tokens, and frees the whole blocks between.  The sequence's token count
+ * drops by the tokens freed, reported in *evicted_tokens (may be NULL;
+ * always a multiple of block_tokens).  Errors: -EINVAL, -ENOENT.
+ */
+KVP_API int kvp_seq_stream_trim(struct kvp_manager *m, uint64_t seq,
+				uint32_t sink_tokens, uint32_t window_tokens,
+				uint32_t *evicted_tokens);
+
+/* Sets the priority used by KVP_EVICT_PRIORITY.  Errors: -EINVAL, -ENOENT. */
+KVP_API int kvp_seq_set_priority(struct kvp_manager *m, uint64_t seq,
+				 int32_t priority);
+
+struct kvp_seq_info {
+	uint32_t num_tokens, num_blocks;
+	uint64_t last_access;  /* manager's logical clock at the last access */
+	uint64_t access_count; /* create/append/fork-as-source count */
+	int32_t priority;
+};
+
+/* Errors: -EINVAL (NULL argument), -ENOENT. */
+KVP_API int kvp_seq_info(struct kvp_manager *m, uint64_t seq,
+			 struct kvp_seq_info *info);
+
+/*
+ * Copies the block table to ids[0..*n).  If cap is too small, returns
+ * -ENOSPC with the needed count in *n.  Errors: -EINVAL (NULL m or n, ids
+ * NULL with cap > 0), -ENOENT, -ENOSPC.
+ */
+KVP_API int kvp_seq_blocks(struct kvp_manager *m, uint64_t seq, uint32_t *ids,
+			   uint32_t cap, uint32_t *n);
+
+/* kvp_admit results (vLLM's block manager, with the watermark): */
+#define KVP_ADMIT_OK 0    /* free - required >= watermark blocks */
+#define KVP_ADMIT_LATER 1 /* not now; would fit an emptier pool */
+#define KVP_ADMIT_NEVER 2 /* total - required < watermark blocks */
+
+/*
+ * Whether a new request of num_tokens tokens fits now: KVP_ADMIT_OK,
+ * KVP_ADMIT_LATER or KVP_ADMIT_NEVER; -EINVAL for a NULL manager.  Advice
+ * only: it reserves nothing.
+ */
+KVP_API int kvp_admit(struct kvp_manager *m, uint32_t num_tokens);
+
+/*
+ * Evicts (frees) one sequence chosen by the manager's policy and reports
+ * its id in *victim (may be NULL).  Concurrent evictors never free the same
+ * victim twice.  Errors: -EINVAL, -ENOENT (no sequence left).
+ */
+KVP_API int kvp_evict(struct kvp_manager *m, uint64_t *victim);
+
+#define KVP_EVICT_PARTIAL 1
+
+/*
+ * Evicts sequences by policy until the pool's utilisation is at most
+ * target_util (negative: the manager's eviction_threshold), reporting the
+ * victims in victims[0..*n).  Returns 0 when the target is met, or
+ * KVP_EVICT_PARTIAL when it stopped first because victims[] was full or
+ * no sequence was left (the sequences reported are evicted either way).
+ * Errors: -EINVAL (NULL m or n, victims NULL with cap > 0, target above 1
+ * or NaN).
+ */
+KVP_API int kvp_evict_until(struct kvp_manager *m, float target_util,
+			    uint64_t *victims, uint32_t cap, uint32_t *n);
+
+struct kvp_stats {
+	uint64_t sequences;	  /* live sequences */
+	uint64_t tokens;	  /* tokens in live sequences */
+	uint64_t seq_creates;	  /* kvp_seq_create successes */
+	uint64_t seq_frees;	  /* sequences freed (incl. evictions) */
+	uint64_t appends;	  /* kvp_seq_append successes */
+	uint64_t forks;		  /* kvp_seq_fork successes */
+	uint64_t evictions;	  /* sequences evicted */
+	uint64_t cow_copies;	  /* copy-on-write copies reported */
+	uint64_t blocks_allocated; /* by this manager */
+	uint64_t blocks_released;  /* references dropped by this manager */
+	uint64_t blocks_used;	  /* pool-wide used blocks (all managers) */
+	uint64_t blocks_total;	  /* pool size */
+	uint64_t bytes_per_block; /* 0 for an ID-only pool */
+};
+
+/*
+ * Fills *st (exact at quiescence, approximate while threads run).  NULL
+ * arguments are ignored.
+ */
+KVP_API void kvp_manager_stats(struct kvp_manager *m, struct kvp_stats *st);
+
+/*
+ * Writes a human-readable summary (blocks used / total and percent,
+ * memory, sequences, allocations, frees, evictions, forks, copies) to f.
+ * Errors: -EINVAL (NULL argument), -EIO (write error).
+ */
+KVP_API int kvp_manager_dump(struct kvp_manager *m, FILE *f);
+
+/*
+ * Checks, at quiescence, the pool (kvp_pool_check) and every manager of
+ * the pool: each sequence's table matches its token count, and each
+ * block's reference count equals the number of block-table entries, across
+ * all managers of the pool, that hold it (so references taken directly
+ * with kvp_pool_alloc/kvp_block_ref outside managers count as errors).
+ * Returns 0 if sound, -EFAULT (details on stderr), -EINVAL, -ENOMEM.
+ */
+KVP_API int kvp_manager_check(struct kvp_manager *m);
+
+/* ------------------------------------------------------------------ */
+/* Kernel-facing exports                                               */
+/* ------------------------------------------------------------------ */
+
+/*
+ * FlashAttention / vLLM block table: row i (stride entries) holds the
+ * block ids of seqs[i] followed by `pad`.  With table NULL, returns the
+ * stride needed (the longest table among seqs) instead.  Errors: -EINVAL
+ * (NULL m, seqs NULL with nseq > 0), -ENOENT (an unknown sequence),
+ * -ENOSPC (a sequence has more than stride blocks).  On error the table's
+ * contents are unspecified.
+ */
+KVP_API int kvp_export_block_table(struct kvp_manager *m, const uint64_t *seqs,
+				   uint32_t nseq, int32_t *table,
+				   uint32_t stride, int32_t pad);
+
+/*
+ * FlashInfer paged layout: indptr[0..nseq] (indptr[0] = 0), the block ids
+ * of all sequences in indices[0..indptr[nseq]), and last_page_len[i] in
+ * [1, block_tokens] (0 for a sequence with no tokens).  With indices NULL,
+ * returns the number of indices needed instead.  Errors: -EINVAL, -ENOENT,
+ * -ENOSPC (more than cap indices), -EOVERFLOW (more than INT32_MAX).
+ */
+KVP_API int kvp_export_csr(struct kvp_manager *m, const uint64_t *seqs,
+			   uint32_t nseq, int32_t *indptr, int32_t *indices,
+			   uint32_t cap, int32_t *last_page_len);
+
+/*
+ * Slot mapping of tokens first_pos .. first_pos + n - 1 of a sequence:
+ * slots[i] = block * block_tokens + offset.  Errors: -EINVAL (NULL m, slots
+ * NULL with n > 0), -ENOENT, -ERANGE (a position at or past the sequence's
+ * token count).
+ */
+KVP_API int kvp_export_slot_mapping(struct kvp_manager *m, uint64_t seq,
+				    uint32_t first_pos, uint32_t n,
+				    int64_t *slots);
+
 #ifdef __cplusplus
 }
 #endif

@@ -19,6 +19,15 @@
 /* Keeps the compiler from moving memory accesses across this point. */
 #define kvp_compiler_barrier() __asm__ __volatile__("" ::: "memory")
 
+/* A spin-wait hint to the CPU. */
+#if defined(__x86_64__) || defined(__i386__)
+#define kvp_cpu_relax() __builtin_ia32_pause()
+#elif defined(__aarch64__)
+#define kvp_cpu_relax() __asm__ __volatile__("yield" ::: "memory")
+#else
+#define kvp_cpu_relax() kvp_compiler_barrier()
+#endif
+
 #define KVP_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
 /*

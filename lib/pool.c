@@ -19,22 +19,30 @@
  *                   that the last holder (who loads with acquire) sees this
  *                   holder's writes before the block is reused.
  *   1 -> 0          kvp_pool_free by the last holder.  A thread that sees
- *   (or FREEING)    exactly 1 holds that one reference itself, so nobody
+ *                   exactly 1 holds that one reference itself, so nobody
  *                   else may change the word (taking a reference requires
  *                   holding one), and a plain store suffices: no RMW on the
  *                   common free path.  The acquire load that saw 1 pairs
  *                   with the release decrements of the other holders.
  *
- * kvp_pool_free is all or nothing.  Freeing up to half a cache, it makes
- * one pass: each block whose count reaches 0 is written into the cache's
- * slots above its published count (no drainer reads there), and only a
- * complete pass publishes the new count.  A block seen free is a double
- * free, or an id repeated more often than it has references: the pass is
- * undone in reverse (a word we set to 0 goes back to 1, others get their
- * reference back) and -EALREADY returned.  Larger frees (and pools without
- * caches) mark blocks reaching zero FREEING in a first pass, with the same
- * undo, then link every FREEING block, each once even if its id repeats,
- * into one chain for the global stack (FREEING -> 0 just before).
+ * kvp_pool_free is all or nothing, in two passes.  The first checks every
+ * id, takes each block whose word is exactly 1 to zero and counts, without
+ * touching them, the blocks other holders share.  Only the blocks it took
+ * to zero can be restored safely on error (nobody else holds them); an
+ * undone decrement of a shared block could resurrect a block that another
+ * holder freed in between.  So shared blocks are decremented only in the
+ * second pass, after an id repeated k times has been checked to have at
+ * least k references: for a caller that holds what it frees, the second
+ * pass cannot fail.  A block seen free in the first pass (a double free,
+ * or an id repeated more often than its references) undoes the pass and
+ * returns -EALREADY.
+ *
+ * Each block a call takes to zero is listed by that call alone, as it
+ * takes it: into the cache's slots above the published count (no drainer
+ * reads there; freeing up to half a cache) or into a private chain linked
+ * through next[] and pushed onto the global stack in one CAS (larger frees,
+ * pools without caches).  Never by scanning states afterwards: a shared
+ * block that another thread's free took to zero must not be listed twice.
  *
  * A double free that races another free of the same block (two threads
  * both seeing 1) is a caller bug that cannot be detected without an RMW on
@@ -202,6 +210,11 @@ KVP_API int kvp_pool_create(const struct kvp_pool_config *cfg,
 		pool_free_memory(pool);
 		return -ENOMEM;
 	}
+	if (pthread_mutex_init(&pool->mgr_lock, NULL) != 0) {
+		pthread_mutex_destroy(&pool->drain_lock);
+		pool_free_memory(pool);
+		return -ENOMEM;
+	}
 	atomic_init(&pool->refcnt, 1);
 	atomic_init(&pool->tcaches, NULL);
 	pool->uid = tcache_next_uid();
@@ -229,6 +242,7 @@ KVP_API void kvp_pool_unref(struct kvp_pool *pool)
 		return;
 	tcache_pool_destroyed(pool);
 	pthread_mutex_destroy(&pool->drain_lock);
+	pthread_mutex_destroy(&pool->mgr_lock);
 	pool_free_memory(pool);
 }
 
@@ -398,7 +412,50 @@ static int cmp_u32(const void *a, const void *b)
 
 static inline bool state_held(uint32_t s)
 {
-	return (s & KVP_ST_REFS_MASK) != 0 && !(s & KVP_ST_FREEING);
+	return (s & KVP_ST_REFS_MASK) != 0;
+}
+
+/*
+ * Undoes drop_sole() on ids[0..n): a block at zero there is one the call
+ * took to zero (a caller holding its references keeps the others above
+ * zero), so it goes back to one reference.  The sink is discarded.
+ */
+static __attribute__((noinline)) void undo_sole(struct kvp_pool *pool,
+						const uint32_t *ids,
+						uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++)
+		if (atomic_load_explicit(&pool->state[ids[i]],
+					 memory_order_relaxed) == 0)
+			atomic_store_explicit(&pool->state[ids[i]], 1,
+					      memory_order_relaxed);
+}
+
+/*
+ * Where kvp_pool_free puts the blocks it takes to zero: an array (the
+ * cache's slots above its count) or, if out is NULL, a private chain
+ * linked through next[] for one push onto the global stack.  Only the
+ * call that took a block to zero ever lists it.
+ */
+struct free_sink {
+	uint32_t *out;
+	uint32_t first, last, z;
+};
+
+static inline void sink_put(struct kvp_pool *pool, struct free_sink *sk,
+			    uint32_t id)
+{
+	if (sk->out) {
+		sk->out[sk->z++] = id;
+		return;
+	}
+	if (sk->z++)
+		/* Relaxed: the block is ours; the push publishes it. */
+		atomic_store_explicit(&pool->next[sk->last], id,
+				      memory_order_relaxed);
+	else
+		sk->first = id;
+	sk->last = id;
 }
 
 /*
@@ -438,13 +495,14 @@ static __attribute__((noinline)) int check_multiplicity(struct kvp_pool *pool, c
 
 /*
  * Second pass of kvp_pool_free over blocks that had other holders: drops
- * one reference per occurrence; a block whose count reaches zero gets the
- * word `zero` and, if out, goes to out[*z].  Blocks the first pass took to
- * zero (word `zero`) are skipped.  Cannot fail once check_multiplicity()
- * passed, short of a racing double free (a caller bug).
+ * one reference per occurrence; a block whose count reaches zero goes to
+ * the sink.  Blocks the first pass took to zero are skipped.  Cannot fail
+ * once check_multiplicity() passed, short of a racing double free (a
+ * caller bug).
  */
-static __attribute__((noinline)) void drop_shared(struct kvp_pool *pool, const uint32_t *ids, uint32_t n,
-			uint32_t zero, uint32_t *out, uint32_t *z)
+static __attribute__((noinline)) void
+drop_shared(struct kvp_pool *pool, const uint32_t *ids, uint32_t n,
+	    struct free_sink *sk)
 {
 	for (uint32_t i = 0; i < n; i++) {
 		_Atomic uint32_t *st = &pool->state[ids[i]];
@@ -455,39 +513,33 @@ static __attribute__((noinline)) void drop_shared(struct kvp_pool *pool, const u
 			if (!state_held(s))
 				goto next;
 			nw = s - 1;
-			if ((nw & KVP_ST_REFS_MASK) == 0)
-				nw = zero;
 			/* Release: orders our use of the block before the
 			 * last holder's free; acquire: if we are the last
 			 * holder. */
 		} while (!atomic_compare_exchange_weak_explicit(
 			st, &s, nw, memory_order_acq_rel,
 			memory_order_acquire));
-		if (nw == zero) {
-			if (out)
-				out[*z] = ids[i];
-			(*z)++;
-		}
+		if ((nw & KVP_ST_REFS_MASK) == 0)
+			sink_put(pool, sk, ids[i]);
 next:;
 	}
 }
 
 /*
  * First pass of kvp_pool_free (see the argument at the top): checks every
- * id, takes each sole-held block (word exactly 1) to `zero` and, if out,
- * lists it in out[]; counts the blocks with other holders in *shared
- * without touching them.  On error, restores the blocks it took (they are
- * the caller's alone) and returns -ERANGE or -EALREADY; else the number of
- * blocks taken to zero.
+ * id, takes each sole-held block (word exactly 1) to zero and puts it in
+ * the sink; counts the blocks with other holders in *shared without
+ * touching them.  On error, restores the blocks it took (they are the
+ * caller's alone) and returns -ERANGE or -EALREADY.
  */
-static inline __attribute__((always_inline)) int drop_sole(struct kvp_pool *pool, const uint32_t *ids,
-			    uint32_t n, uint32_t zero, uint32_t *out,
-			    uint32_t *shared)
+static inline __attribute__((always_inline)) int
+drop_sole(struct kvp_pool *pool, const uint32_t *ids, uint32_t n,
+	  struct free_sink *sk, uint32_t *shared)
 {
 	/* Locals: ids may alias anything, so the compiler would reload the
 	 * fields on every iteration. */
 	_Atomic uint32_t *state = pool->state;
-	uint32_t num_blocks = pool->num_blocks, z = 0, i;
+	uint32_t num_blocks = pool->num_blocks, i;
 	int err = 0;
 
 	for (i = 0; i < n; i++) {
@@ -501,11 +553,9 @@ static inline __attribute__((always_inline)) int drop_sole(struct kvp_pool *pool
 		s = atomic_load_explicit(&state[id], memory_order_acquire);
 		if (likely(s == 1)) {
 			/* Sole holder: a plain store (see the top). */
-			atomic_store_explicit(&state[id], zero,
+			atomic_store_explicit(&state[id], 0,
 					      memory_order_relaxed);
-			if (out)
-				out[z] = id;
-			z++;
+			sink_put(pool, sk, id);
 		} else if (state_held(s)) {
 			(*shared)++;
 		} else {
@@ -513,88 +563,54 @@ static inline __attribute__((always_inline)) int drop_sole(struct kvp_pool *pool
 			break;
 		}
 	}
-	if (likely(!err))
-		return (int)z;
-	while (i--)
-		if (atomic_load_explicit(&state[ids[i]],
-					 memory_order_relaxed) == zero)
-			atomic_store_explicit(&state[ids[i]], 1,
-					      memory_order_relaxed);
+	if (unlikely(err))
+		undo_sole(pool, ids, i);
 	return err;
 }
 
-/* Undoes drop_sole(): every block at `zero` among ids goes back to 1. */
-static __attribute__((noinline)) void undo_sole(struct kvp_pool *pool, const uint32_t *ids, uint32_t n,
-		      uint32_t zero)
-{
-	for (uint32_t i = 0; i < n; i++)
-		if (atomic_load_explicit(&pool->state[ids[i]],
-					 memory_order_relaxed) == zero)
-			atomic_store_explicit(&pool->state[ids[i]], 1,
-					      memory_order_relaxed);
-}
-
 /*
- * Both passes: returns the number of blocks taken to `zero` (listed in out
- * if given) or a negative errno with nothing changed.
+ * Both passes: fills the sink with the blocks taken to zero, or returns a
+ * negative errno with nothing changed.
  */
 static inline __attribute__((always_inline)) int
 drop_refs(struct kvp_pool *pool, const uint32_t *ids, uint32_t n,
-	  uint32_t zero, uint32_t *out)
+	  struct free_sink *sk)
 {
-	uint32_t shared = 0, z;
-	int r = drop_sole(pool, ids, n, zero, out, &shared);
+	uint32_t shared = 0;
+	int r = drop_sole(pool, ids, n, sk, &shared);
 
 	if (likely(r < 0 || shared == 0))
 		return r;
-	z = (uint32_t)r;
 	if (shared > 1) {
 		r = check_multiplicity(pool, ids, n, shared);
 		if (r) {
-			undo_sole(pool, ids, n, zero);
+			undo_sole(pool, ids, n);
 			return r;
 		}
 	}
-	drop_shared(pool, ids, n, zero, out, &z);
-	return (int)z;
+	drop_shared(pool, ids, n, sk);
+	return 0;
 }
 
 /*
- * kvp_pool_free of more ids than half a cache, or without a cache: drops
- * every reference (blocks reaching zero become FREEING), then pushes the
- * FREEING blocks to the global stack as one chain.
+ * kvp_pool_free of more ids than half a cache, or without a cache: the
+ * blocks taken to zero go to the global stack as one chain.
  */
 static int free_to_stack(struct kvp_pool *pool, struct tcache *tc,
 			 const uint32_t *ids, uint32_t n)
 {
-	uint32_t first = KVP_NIL, last = KVP_NIL, k = 0;
-	int r = drop_refs(pool, ids, n, KVP_ST_FREEING, NULL);
+	struct free_sink sk = {.out = NULL};
+	int r = drop_refs(pool, ids, n, &sk);
 
-	if (r <= 0)
+	if (r < 0)
 		return r;
-	for (uint32_t i = 0; i < n; i++) {
-		_Atomic uint32_t *st = &pool->state[ids[i]];
-		uint32_t id = ids[i];
-
-		/* A repeated id is FREEING only at its first occurrence. */
-		if (atomic_load_explicit(st, memory_order_relaxed) !=
-		    KVP_ST_FREEING)
-			continue;
-		/* Relaxed: the push's release CAS publishes it. */
-		atomic_store_explicit(st, 0, memory_order_relaxed);
-		if (k++)
-			atomic_store_explicit(&pool->next[last], id,
-					      memory_order_relaxed);
-		else
-			first = id;
-		last = id;
-	}
-	if (k)
-		stack_push_chain(&pool->stack, pool->next, first, last, k);
+	if (sk.z)
+		stack_push_chain(&pool->stack, pool->next, sk.first, sk.last,
+				 sk.z);
 	if (tc)
-		tcache_add(&tc->frees, k);
+		tcache_add(&tc->frees, sk.z);
 	else
-		atomic_fetch_add_explicit(&pool->direct_frees, k,
+		atomic_fetch_add_explicit(&pool->direct_frees, sk.z,
 					  memory_order_relaxed);
 	return 0;
 }
@@ -608,15 +624,16 @@ static int free_to_stack(struct kvp_pool *pool, struct tcache *tc,
 static inline int free_into_cache(struct kvp_pool *pool, struct tcache *tc,
 				  uint32_t c, const uint32_t *ids, uint32_t n)
 {
-	int z = drop_refs(pool, ids, n, 0, tc->slots + c);
+	struct free_sink sk = {.out = tc->slots + c};
+	int r = drop_refs(pool, ids, n, &sk);
 
-	if (unlikely(z < 0)) {
+	if (unlikely(r < 0)) {
 		tcache_exit(tc);
-		return z;
+		return r;
 	}
-	tcache_set_count(tc, c + (uint32_t)z);
+	tcache_set_count(tc, c + sk.z);
 	tcache_exit(tc);
-	tcache_add(&tc->frees, (uint64_t)z);
+	tcache_add(&tc->frees, sk.z);
 	return 0;
 }
 
@@ -676,7 +693,7 @@ KVP_API int kvp_block_ref(struct kvp_pool *pool, uint32_t id)
 	st = &pool->state[id];
 	s = atomic_load_explicit(st, memory_order_relaxed);
 	do {
-		if ((s & KVP_ST_REFS_MASK) == 0 || (s & KVP_ST_FREEING))
+		if (!state_held(s))
 			return -EALREADY;
 		if ((s & KVP_ST_REFS_MASK) == KVP_MAX_REFS)
 			return -EOVERFLOW;
@@ -695,7 +712,7 @@ KVP_API int kvp_block_refcount(struct kvp_pool *pool, uint32_t id)
 	if (id >= pool->num_blocks)
 		return -ERANGE;
 	s = atomic_load_explicit(&pool->state[id], memory_order_relaxed);
-	return s & KVP_ST_FREEING ? 0 : (int)(s & KVP_ST_REFS_MASK);
+	return (int)(s & KVP_ST_REFS_MASK);
 }
 
 KVP_API void *kvp_block_data(struct kvp_pool *pool, uint32_t id)
@@ -824,8 +841,6 @@ KVP_API int kvp_pool_check(struct kvp_pool *pool)
 						  memory_order_relaxed);
 		bool listed = seen[id / 8] & (1u << (id % 8));
 
-		if (s & KVP_ST_FREEING)
-			check_fail("block %u stuck in FREEING\n", id);
 		if (s == 0 && !listed)
 			check_fail("free block %u is on no free list (lost)\n",
 				   id);

@@ -15,13 +15,10 @@
 struct tcache;
 
 /*
- * Per-block state word: bits 0..23 the reference count (0 = free), the rest
- * flags.  FREEING marks a block whose last reference a kvp_pool_free call
- * has dropped but not yet returned to a free list; nobody else can see it
- * (the freeing thread was the only holder).
+ * Per-block state word: bits 0..23 the reference count (0 = free); the
+ * rest are reserved for flags.
  */
 #define KVP_ST_REFS_MASK ((uint32_t)KVP_MAX_REFS)
-#define KVP_ST_FREEING (1u << 31)
 
 struct kvp_pool {
 	/* Read-only after creation. */
@@ -65,6 +62,9 @@ struct kvp_pool {
 	_Atomic uint64_t peak_used;
 	/* Blocks allocated / freed without a thread cache.  Atomic, relaxed. */
 	_Atomic uint64_t direct_allocs, direct_frees;
+	/* Managers over this pool, for kvp_manager_check. */
+	pthread_mutex_t mgr_lock;
+	struct kvp_manager *managers; /* mgr_lock */
 	/* Live-pool list of tcache.c.  Synchronization: tcache_global_lock. */
 	struct kvp_pool *live_next;
 };

@@ -1,0 +1,155 @@
+/*
+ * export.c - block tables in the formats attention kernels take.
+ *
+ * Each sequence is read under its own lock (manager.h), so each row is a
+ * consistent snapshot of one sequence; rows of different sequences may be
+ * from different moments if other threads append meanwhile.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "manager.h"
+#include "rcu.h"
+
+/* The longest table among seqs, or -ENOENT. */
+static int max_blocks(struct kvp_manager *m, const uint64_t *seqs,
+		      uint32_t nseq, uint64_t *total)
+{
+	uint32_t longest = 0;
+
+	*total = 0;
+	for (uint32_t i = 0; i < nseq; i++) {
+		struct kvp_seq *s = seq_get(m, seqs[i]);
+
+		if (!s)
+			return -ENOENT;
+		if (s->nblocks > longest)
+			longest = s->nblocks;
+		*total += s->nblocks;
+		seq_unlock(s);
+	}
+	return (int)longest;
+}
+
+KVP_API int kvp_export_block_table(struct kvp_manager *m, const uint64_t *seqs,
+				   uint32_t nseq, int32_t *table,
+				   uint32_t stride, int32_t pad)
+{
+	uint64_t total;
+	int err = 0;
+
+	if (!m || (!seqs && nseq))
+		return -EINVAL;
+	kvp_rcu_read_lock();
+	if (!table) {
+		err = max_blocks(m, seqs, nseq, &total);
+		goto out;
+	}
+	for (uint32_t i = 0; i < nseq && !err; i++) {
+		int32_t *row = table + (size_t)i * stride;
+		struct kvp_seq *s = seq_get(m, seqs[i]);
+		uint32_t j;
+
+		if (!s) {
+			err = -ENOENT;
+			break;
+		}
+		if (s->nblocks > stride) {
+			err = -ENOSPC;
+		} else {
+			/* Ids are below KVP_MAX_BLOCKS = 2^31: int32 safe. */
+			for (j = 0; j < s->nblocks; j++)
+				row[j] = (int32_t)s->blocks[j];
+			for (; j < stride; j++)
+				row[j] = pad;
+		}
+		seq_unlock(s);
+	}
+out:
+	kvp_rcu_read_unlock();
+	return err;
+}
+
+KVP_API int kvp_export_csr(struct kvp_manager *m, const uint64_t *seqs,
+			   uint32_t nseq, int32_t *indptr, int32_t *indices,
+			   uint32_t cap, int32_t *last_page_len)
+{
+	uint32_t bt;
+	uint64_t total, at = 0;
+	int err = 0;
+
+	if (!m || (!seqs && nseq))
+		return -EINVAL;
+	if (indices && (!indptr || (!last_page_len && nseq)))
+		return -EINVAL;
+	bt = m->block_tokens;
+	kvp_rcu_read_lock();
+	if (!indices) {
+		err = max_blocks(m, seqs, nseq, &total);
+		if (err >= 0)
+			err = total > INT32_MAX ? -EOVERFLOW : (int)total;
+		goto out;
+	}
+	indptr[0] = 0;
+	for (uint32_t i = 0; i < nseq && !err; i++) {
+		struct kvp_seq *s = seq_get(m, seqs[i]);
+		uint32_t tokens;
+
+		if (!s) {
+			err = -ENOENT;
+			break;
+		}
+		tokens = atomic_load_explicit(&s->num_tokens,
+					      memory_order_relaxed);
+		if (at + s->nblocks > cap) {
+			err = -ENOSPC;
+		} else if (at + s->nblocks > INT32_MAX) {
+			err = -EOVERFLOW;
+		} else {
+			for (uint32_t j = 0; j < s->nblocks; j++)
+				indices[at + j] = (int32_t)s->blocks[j];
+			at += s->nblocks;
+			indptr[i + 1] = (int32_t)at;
+			last_page_len[i] =
+				tokens ? (int32_t)(tokens -
+						   (s->nblocks - 1) * bt)
+				       : 0;
+		}
+		seq_unlock(s);
+	}
+out:
+	kvp_rcu_read_unlock();
+	return err;
+}
+
+KVP_API int kvp_export_slot_mapping(struct kvp_manager *m, uint64_t seq,
+				    uint32_t first_pos, uint32_t n,
+				    int64_t *slots)
+{
+	struct kvp_seq *s;
+	uint32_t bt;
+	int err = 0;
+
+	if (!m || (!slots && n))
+		return -EINVAL;
+	bt = m->block_tokens;
+	kvp_rcu_read_lock();
+	s = seq_get(m, seq);
+	if (!s) {
+		kvp_rcu_read_unlock();
+		return -ENOENT;
+	}
+	if ((uint64_t)first_pos + n >
+	    atomic_load_explicit(&s->num_tokens, memory_order_relaxed)) {
+		err = -ERANGE;
+	} else {
+		for (uint32_t i = 0; i < n; i++) {
+			uint32_t pos = first_pos + i;
+
+			slots[i] = (int64_t)s->blocks[pos / bt] * bt + pos % bt;
+		}
+	}
+	seq_unlock(s);
+	kvp_rcu_read_unlock();
+	return err;
+}

@@ -1,0 +1,985 @@
+/*
+ * manager.c - sequences: create, append (copy-on-write), fork, free,
+ * truncate, StreamingLLM trim, admission and eviction.
+ *
+ * Correctness argument.
+ *
+ * A sequence is found through the RCU map (seqmap.c) inside a read-side
+ * section, so its memory stays valid while the section lasts, even if it
+ * is removed meanwhile.  Every mutation and every consistent read of a
+ * sequence happens under its own lock, after checking `dead`.
+ *
+ * Free (and eviction, which is a free chosen by policy): under the lock,
+ * set dead; only the thread that flips dead from false to true goes on, so
+ * concurrent frees and evictors free a victim once.  It then removes the
+ * node from the map, drops the block references and frees the table (no
+ * one reads the table of a dead sequence), and hands the node itself to
+ * call_rcu: threads that found it before the removal may still lock it,
+ * see dead, and report -ENOENT.
+ *
+ * Fork against free of the source: fork takes one reference on each of the
+ * source's blocks while holding the source's lock and seeing it alive.  A
+ * free either set dead before (fork reports -ENOENT, takes nothing) or
+ * waits for the lock and drops only the source's own references: the
+ * fork's references keep every block alive.  The new sequence is inserted
+ * with add_unique; if the id is taken, the fork drops the references it
+ * took and reports -EEXIST.
+ *
+ * Append against fork of the same sequence are serialised by the lock, so
+ * either the fork sees the appended tokens and blocks or it does not.  The
+ * copy-on-write test reads the last block's reference count: while we hold
+ * the lock the count can only fall (other holders free), never rise (a new
+ * sharer would need our lock to fork), so at worst we copy a block that
+ * just stopped being shared, which is harmless.
+ *
+ * All or nothing: every call validates, then allocates everything it may
+ * need (table growth, blocks in one kvp_pool_alloc), and only then
+ * changes the sequence; a failure before that point frees what it
+ * allocated.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <string.h>
+
+#include "alloc.h"
+#include "manager.h"
+#include "rcu.h"
+
+#define KVP_DEFAULT_EVICTION_THRESHOLD 0.9f
+#define KVP_DEFAULT_WATERMARK 0.01f
+#define KVP_MANAGER_KNOWN_FLAGS 0u
+#define KVP_MIN_TABLE 4u
+
+/* ------------------------------------------------------------------ */
+/* Statistics                                                          */
+/* ------------------------------------------------------------------ */
+
+static _Atomic unsigned next_shard;
+static __thread unsigned my_shard; /* 1 + index, 0 = unassigned */
+
+static struct mgr_shard *shard(struct kvp_manager *m)
+{
+	if (unlikely(!my_shard))
+		/* Relaxed: only spreads threads over the shards. */
+		my_shard = 1 + atomic_fetch_add_explicit(&next_shard, 1,
+							 memory_order_relaxed) %
+				       KVP_MGR_SHARDS;
+	return &m->shards[my_shard - 1];
+}
+
+/* Relaxed: statistics. */
+#define stat_add(m, field, v)                                                \
+	atomic_fetch_add_explicit(&shard(m)->field, (uint64_t)(v),            \
+				  memory_order_relaxed)
+
+static uint64_t stat_sum(struct kvp_manager *m, size_t offset)
+{
+	uint64_t sum = 0;
+
+	for (int i = 0; i < KVP_MGR_SHARDS; i++)
+		sum += atomic_load_explicit(
+			(_Atomic uint64_t *)((char *)&m->shards[i] + offset),
+			memory_order_relaxed);
+	return sum;
+}
+#define STAT(m, field) stat_sum(m, offsetof(struct mgr_shard, field))
+
+/* ------------------------------------------------------------------ */
+/* Sequences                                                           */
+/* ------------------------------------------------------------------ */
+
+static uint64_t tick(struct kvp_manager *m)
+{
+	/* Relaxed: a logical clock orders accesses, it publishes nothing. */
+	return atomic_fetch_add_explicit(&m->clock, 1, memory_order_relaxed) +
+	       1;
+}
+
+/* Records an access under the sequence's lock. */
+static void touch(struct kvp_manager *m, struct kvp_seq *s)
+{
+	atomic_store_explicit(&s->last_access, tick(m), memory_order_relaxed);
+	atomic_store_explicit(
+		&s->access_count,
+		atomic_load_explicit(&s->access_count, memory_order_relaxed) +
+			1,
+		memory_order_relaxed);
+}
+
+static uint32_t seq_tokens(const struct kvp_seq *s)
+{
+	return atomic_load_explicit(&s->num_tokens, memory_order_relaxed);
+}
+
+static void seq_set_tokens(struct kvp_seq *s, uint32_t tokens)
+{
+	atomic_store_explicit(&s->num_tokens, tokens, memory_order_relaxed);
+}
+
+static struct kvp_seq *seq_alloc(uint32_t cap)
+{
+	struct kvp_seq *s = kvp_calloc(1, sizeof(*s));
+
+	if (!s)
+		return NULL;
+	if (cap < KVP_MIN_TABLE)
+		cap = KVP_MIN_TABLE;
+	s->blocks = kvp_malloc((size_t)cap * sizeof(*s->blocks));
+	if (!s->blocks) {
+		kvp_free(s, sizeof(*s));
+		return NULL;
+	}
+	s->cap = cap;
+	return s;
+}
+
+/* Frees a sequence nobody else can see (never published, or reclaimed). */
+static void seq_destroy(struct kvp_seq *s)
+{
+	kvp_free(s->blocks, (size_t)s->cap * sizeof(*s->blocks));
+	kvp_free(s, sizeof(*s));
+}
+
+static void seq_reclaim(struct rcu_head *head)
+{
+	struct kvp_seq *s = caa_container_of(head, struct kvp_seq, rcu);
+
+	kvp_rcu_reclaim();
+	kvp_free(s, sizeof(*s));
+}
+
+struct kvp_seq *seq_get(struct kvp_manager *m, uint64_t id)
+{
+	struct kvp_seq *s = seqmap_lookup(&m->map, id);
+
+	if (!s)
+		return NULL;
+	seq_lock(s);
+	if (atomic_load_explicit(&s->dead, memory_order_relaxed)) {
+		seq_unlock(s);
+		return NULL;
+	}
+	return s;
+}
+
+/*
+ * Drops one reference on each of ids[0..n), last id first, so that the end
+ * of a chain is released before its head.  The ids are the caller's to
+ * reorder.
+ */
+static void release_blocks(struct kvp_manager *m, uint32_t *ids, uint32_t n)
+{
+	if (n == 0)
+		return;
+	for (uint32_t i = 0, j = n - 1; i < j; i++, j--) {
+		uint32_t t = ids[i];
+
+		ids[i] = ids[j];
+		ids[j] = t;
+	}
+	if (unlikely(kvp_pool_free(m->pool, ids, n) != 0)) {
+		/* Only if someone freed a manager's block behind its back;
+		 * free what can be freed rather than leak the rest. */
+		fprintf(stderr, "kvpool: a sequence's blocks were freed "
+				"outside the manager\n");
+		for (uint32_t i = 0; i < n; i++)
+			(void)kvp_pool_free(m->pool, &ids[i], 1);
+	}
+	stat_add(m, blocks_released, n);
+}
+
+/*
+ * Returns a table of at least `need` entries holding s's current ones: s's
+ * own if it is large enough, else a new one (NULL if out of memory).
+ */
+static uint32_t *table_for(struct kvp_seq *s, uint32_t need, uint32_t *cap)
+{
+	uint32_t *t;
+	uint64_t c;
+
+	if (need <= s->cap) {
+		*cap = s->cap;
+		return s->blocks;
+	}
+	c = (uint64_t)s->cap * 2;
+	if (c < need)
+		c = need;
+	t = kvp_malloc(c * sizeof(*t));
+	if (!t)
+		return NULL;
+	memcpy(t, s->blocks, (size_t)s->nblocks * sizeof(*t));
+	*cap = (uint32_t)c;
+	return t;
+}
+
+static void table_install(struct kvp_seq *s, uint32_t *t, uint32_t cap)
+{
+	if (t == s->blocks)
+		return;
+	kvp_free(s->blocks, (size_t)s->cap * sizeof(*s->blocks));
+	s->blocks = t;
+	s->cap = cap;
+}
+
+static void table_discard(struct kvp_seq *s, uint32_t *t, uint32_t cap)
+{
+	if (t != s->blocks)
+		kvp_free(t, (size_t)cap * sizeof(*t));
+}
+
+/* Removes a locked, live sequence; unlocks it.  See the argument above. */
+static void seq_remove_locked(struct kvp_manager *m, struct kvp_seq *s)
+{
+	uint32_t tokens = seq_tokens(s);
+
+	atomic_store_explicit(&s->dead, true, memory_order_relaxed);
+	seq_unlock(s);
+	if (!seqmap_remove(&m->map, s))
+		kvp_fatal("a live sequence was missing from its map");
+	release_blocks(m, s->blocks, s->nblocks);
+	kvp_free(s->blocks, (size_t)s->cap * sizeof(*s->blocks));
+	s->blocks = NULL;
+	stat_add(m, frees, 1);
+	stat_add(m, sequences, -1);
+	stat_add(m, tokens, -(int64_t)tokens);
+	urcu_memb_call_rcu(&s->rcu, seq_reclaim);
+}
+
+KVP_API int kvp_seq_create(struct kvp_manager *m, uint64_t id,
+			   uint32_t num_tokens)
+{
+	struct kvp_seq *s;
+	uint32_t nb;
+	int err = 0;
+
+	if (!m)
+		return -EINVAL;
+	nb = blocks_for(num_tokens, m->block_tokens);
+	if (nb > m->pool->num_blocks)
+		return -ENOSPC;
+	s = seq_alloc(nb);
+	if (!s)
+		return -ENOMEM;
+	s->id = id;
+	kvp_rcu_read_lock();
+	if (seqmap_lookup(&m->map, id)) {
+		err = -EEXIST;
+		goto fail;
+	}
+	if (nb) {
+		err = kvp_pool_alloc(m->pool, nb, s->blocks);
+		if (err)
+			goto fail;
+	}
+	s->nblocks = nb;
+	seq_set_tokens(s, num_tokens);
+	touch(m, s);
+	if (!seqmap_insert(&m->map, s)) {
+		if (nb)
+			(void)kvp_pool_free(m->pool, s->blocks, nb);
+		err = -EEXIST;
+		goto fail;
+	}
+	kvp_rcu_read_unlock();
+	stat_add(m, creates, 1);
+	stat_add(m, sequences, 1);
+	stat_add(m, tokens, num_tokens);
+	stat_add(m, blocks_allocated, nb);
+	return 0;
+fail:
+	kvp_rcu_read_unlock();
+	seq_destroy(s);
+	return err;
+}
+
+/* Copies a block's data (a data-owning pool's side of copy-on-write). */
+static void copy_block_data(struct kvp_pool *pool, uint32_t src, uint32_t dst)
+{
+	void *from = kvp_block_data(pool, src), *to = kvp_block_data(pool, dst);
+
+	if (from && to)
+		memcpy(to, from, pool->block_bytes);
+}
+
+/* Sequence locked: the append itself, see kvp_seq_append. */
+static int append_locked(struct kvp_manager *m, struct kvp_seq *s,
+			 uint32_t n, struct kvp_copy *cow, uint32_t cow_cap,
+			 uint32_t *ncow)
+{
+	uint32_t bt = m->block_tokens, tokens = seq_tokens(s), total, nb,
+		 grow, cows = 0, tcap, got[64], *fresh = got;
+	uint32_t *t;
+	int err;
+
+	if (tokens > UINT32_MAX - n)
+		return -EINVAL;
+	total = tokens + n;
+	nb = blocks_for(total, bt);
+	grow = nb - s->nblocks;
+	/* A shared, partially filled last block must be copied first. */
+	if (n && tokens % bt && kvp_block_refcount(m->pool,
+						   s->blocks[s->nblocks - 1]) > 1)
+		cows = 1;
+	if (ncow)
+		*ncow = cows;
+	if (cows > cow_cap)
+		return -ENOSPC;
+	if (grow + cows == 0) {
+		seq_set_tokens(s, total);
+		touch(m, s);
+		return 0;
+	}
+	if (grow + cows > m->pool->num_blocks)
+		return -ENOSPC;
+	t = table_for(s, nb, &tcap);
+	if (!t)
+		return -ENOMEM;
+	if (grow + cows > KVP_ARRAY_SIZE(got)) {
+		fresh = kvp_malloc((grow + cows) * sizeof(*fresh));
+		if (!fresh) {
+			table_discard(s, t, tcap);
+			return -ENOMEM;
+		}
+	}
+	err = kvp_pool_alloc(m->pool, grow + cows, fresh);
+	if (err) {
+		table_discard(s, t, tcap);
+		goto out;
+	}
+	/* Nothing can fail from here on. */
+	table_install(s, t, tcap);
+	if (cows) {
+		uint32_t last = s->nblocks - 1, src = s->blocks[last];
+
+		cow[0] = (struct kvp_copy){.src = src, .dst = fresh[0],
+					   .tokens = tokens % bt};
+		copy_block_data(m->pool, src, fresh[0]);
+		s->blocks[last] = fresh[0];
+		release_blocks(m, &src, 1);
+		stat_add(m, cows, 1);
+	}
+	memcpy(s->blocks + s->nblocks, fresh + cows, grow * sizeof(*fresh));
+	s->nblocks = nb;
+	seq_set_tokens(s, total);
+	touch(m, s);
+	stat_add(m, blocks_allocated, grow + cows);
+out:
+	if (fresh != got)
+		kvp_free(fresh, (grow + cows) * sizeof(*fresh));
+	return err;
+}
+
+KVP_API int kvp_seq_append(struct kvp_manager *m, uint64_t id,
+			   uint32_t num_tokens, struct kvp_copy *cow,
+			   uint32_t cow_cap, uint32_t *ncow)
+{
+	struct kvp_seq *s;
+	int err;
+
+	if (!m || (!cow && cow_cap))
+		return -EINVAL;
+	if (ncow)
+		*ncow = 0;
+	kvp_rcu_read_lock();
+	s = seq_get(m, id);
+	if (!s) {
+		kvp_rcu_read_unlock();
+		return -ENOENT;
+	}
+	err = append_locked(m, s, num_tokens, cow, cow_cap, ncow);
+	seq_unlock(s);
+	kvp_rcu_read_unlock();
+	if (!err) {
+		stat_add(m, appends, 1);
+		stat_add(m, tokens, num_tokens);
+	}
+	return err;
+}
+
+KVP_API int kvp_seq_fork(struct kvp_manager *m, uint64_t src, uint64_t dst)
+{
+	struct kvp_seq *s, *d;
+	uint32_t i = 0;
+	int err = 0;
+
+	if (!m)
+		return -EINVAL;
+	kvp_rcu_read_lock();
+	if (seqmap_lookup(&m->map, dst)) { /* dst == src lands here too */
+		kvp_rcu_read_unlock();
+		return -EEXIST;
+	}
+	s = seq_get(m, src);
+	if (!s) {
+		kvp_rcu_read_unlock();
+		return -ENOENT;
+	}
+	d = seq_alloc(s->nblocks);
+	if (!d) {
+		err = -ENOMEM;
+		goto unlock;
+	}
+	d->id = dst;
+	for (i = 0; i < s->nblocks; i++) {
+		err = kvp_block_ref(m->pool, s->blocks[i]);
+		if (err)
+			break;
+	}
+	if (err) {
+		/* Our own references only: safe to drop. */
+		if (i)
+			(void)kvp_pool_free(m->pool, s->blocks, i);
+		seq_destroy(d);
+		goto unlock;
+	}
+	memcpy(d->blocks, s->blocks, (size_t)s->nblocks * sizeof(*d->blocks));
+	d->nblocks = s->nblocks;
+	seq_set_tokens(d, seq_tokens(s));
+	atomic_store_explicit(
+		&d->priority,
+		atomic_load_explicit(&s->priority, memory_order_relaxed),
+		memory_order_relaxed);
+	touch(m, s);
+	touch(m, d);
+	seq_unlock(s);
+	if (!seqmap_insert(&m->map, d)) {
+		if (d->nblocks)
+			(void)kvp_pool_free(m->pool, d->blocks, d->nblocks);
+		kvp_rcu_read_unlock();
+		seq_destroy(d);
+		return -EEXIST;
+	}
+	kvp_rcu_read_unlock();
+	stat_add(m, forks, 1);
+	stat_add(m, sequences, 1);
+	stat_add(m, tokens, seq_tokens(d));
+	return 0;
+unlock:
+	seq_unlock(s);
+	kvp_rcu_read_unlock();
+	return err;
+}
+
+KVP_API int kvp_seq_free(struct kvp_manager *m, uint64_t id)
+{
+	struct kvp_seq *s;
+
+	if (!m)
+		return -EINVAL;
+	kvp_rcu_read_lock();
+	s = seq_get(m, id);
+	if (s)
+		seq_remove_locked(m, s);
+	kvp_rcu_read_unlock();
+	return s ? 0 : -ENOENT;
+}
+
+KVP_API int kvp_seq_truncate(struct kvp_manager *m, uint64_t id,
+			     uint32_t num_tokens)
+{
+	struct kvp_seq *s;
+	uint32_t tokens, nb;
+	int err = 0;
+
+	if (!m)
+		return -EINVAL;
+	kvp_rcu_read_lock();
+	s = seq_get(m, id);
+	if (!s) {
+		kvp_rcu_read_unlock();
+		return -ENOENT;
+	}
+	tokens = seq_tokens(s);
+	if (num_tokens > tokens) {
+		err = -ERANGE;
+	} else {
+		nb = blocks_for(num_tokens, m->block_tokens);
+		release_blocks(m, s->blocks + nb, s->nblocks - nb);
+		s->nblocks = nb;
+		seq_set_tokens(s, num_tokens);
+		touch(m, s);
+	}
+	seq_unlock(s);
+	kvp_rcu_read_unlock();
+	if (!err)
+		stat_add(m, tokens, -(int64_t)(tokens - num_tokens));
+	return err;
+}
+
+KVP_API int kvp_seq_stream_trim(struct kvp_manager *m, uint64_t id,
+				uint32_t sink_tokens, uint32_t window_tokens,
+				uint32_t *evicted_tokens)
+{
+	struct kvp_seq *s;
+	uint32_t bt, tokens, keep_head, first_tail, gone = 0;
+
+	if (!m)
+		return -EINVAL;
+	bt = m->block_tokens;
+	kvp_rcu_read_lock();
+	s = seq_get(m, id);
+	if (!s) {
+		kvp_rcu_read_unlock();
+		return -ENOENT;
+	}
+	tokens = seq_tokens(s);
+	/* Blocks [0, keep_head) hold the sinks; blocks from first_tail on
+	 * hold the window; the whole blocks between go. */
+	keep_head = blocks_for(sink_tokens, bt);
+	first_tail = window_tokens >= tokens ? 0 : (tokens - window_tokens) / bt;
+	if (first_tail > keep_head) {
+		uint32_t n = first_tail - keep_head;
+		uint32_t freed[64], *tmp = freed;
+
+		/* release_blocks reorders its argument: copy them out. */
+		if (n > KVP_ARRAY_SIZE(freed))
+			tmp = kvp_malloc(n * sizeof(*tmp));
+		if (!tmp) {
+			seq_unlock(s);
+			kvp_rcu_read_unlock();
+			return -ENOMEM;
+		}
+		memcpy(tmp, s->blocks + keep_head, n * sizeof(*tmp));
+		memmove(s->blocks + keep_head, s->blocks + first_tail,
+			(s->nblocks - first_tail) * sizeof(*s->blocks));
+		s->nblocks -= n;
+		gone = n * bt;
+		seq_set_tokens(s, tokens - gone);
+		release_blocks(m, tmp, n);
+		if (tmp != freed)
+			kvp_free(tmp, n * sizeof(*tmp));
+	}
+	touch(m, s);
+	seq_unlock(s);
+	kvp_rcu_read_unlock();
+	stat_add(m, tokens, -(int64_t)gone);
+	if (evicted_tokens)
+		*evicted_tokens = gone;
+	return 0;
+}
+
+KVP_API int kvp_seq_set_priority(struct kvp_manager *m, uint64_t id,
+				 int32_t priority)
+{
+	struct kvp_seq *s;
+
+	if (!m)
+		return -EINVAL;
+	kvp_rcu_read_lock();
+	s = seq_get(m, id);
+	if (s) {
+		atomic_store_explicit(&s->priority, priority,
+				      memory_order_relaxed);
+		seq_unlock(s);
+	}
+	kvp_rcu_read_unlock();
+	return s ? 0 : -ENOENT;
+}
+
+KVP_API int kvp_seq_info(struct kvp_manager *m, uint64_t id,
+			 struct kvp_seq_info *info)
+{
+	struct kvp_seq *s;
+
+	if (!m || !info)
+		return -EINVAL;
+	kvp_rcu_read_lock();
+	s = seq_get(m, id);
+	if (s) {
+		info->num_tokens = seq_tokens(s);
+		info->num_blocks = s->nblocks;
+		info->last_access = atomic_load_explicit(&s->last_access,
+							 memory_order_relaxed);
+		info->access_count = atomic_load_explicit(
+			&s->access_count, memory_order_relaxed);
+		info->priority =
+			atomic_load_explicit(&s->priority, memory_order_relaxed);
+		seq_unlock(s);
+	}
+	kvp_rcu_read_unlock();
+	return s ? 0 : -ENOENT;
+}
+
+KVP_API int kvp_seq_blocks(struct kvp_manager *m, uint64_t id, uint32_t *ids,
+			   uint32_t cap, uint32_t *n)
+{
+	struct kvp_seq *s;
+	int err = 0;
+
+	if (!m || !n || (!ids && cap))
+		return -EINVAL;
+	kvp_rcu_read_lock();
+	s = seq_get(m, id);
+	if (!s) {
+		kvp_rcu_read_unlock();
+		return -ENOENT;
+	}
+	*n = s->nblocks;
+	if (s->nblocks > cap)
+		err = -ENOSPC;
+	else if (s->nblocks)
+		memcpy(ids, s->blocks, s->nblocks * sizeof(*ids));
+	seq_unlock(s);
+	kvp_rcu_read_unlock();
+	return err;
+}
+
+/* ------------------------------------------------------------------ */
+/* Admission and eviction                                              */
+/* ------------------------------------------------------------------ */
+
+static void pool_usage(struct kvp_pool *pool, uint64_t *used, uint64_t *total)
+{
+	struct kvp_pool_stats st;
+
+	kvp_pool_stats(pool, &st);
+	*used = st.used;
+	*total = st.total;
+}
+
+KVP_API int kvp_admit(struct kvp_manager *m, uint32_t num_tokens)
+{
+	uint64_t used, total, free_blocks, required, watermark;
+
+	if (!m)
+		return -EINVAL;
+	pool_usage(m->pool, &used, &total);
+	free_blocks = total - used;
+	required = blocks_for(num_tokens, m->block_tokens);
+	watermark = (uint64_t)((double)m->watermark * (double)total);
+	if (total < required + watermark)
+		return KVP_ADMIT_NEVER;
+	if (free_blocks >= required + watermark)
+		return KVP_ADMIT_OK;
+	return KVP_ADMIT_LATER;
+}
+
+/* Whether a should be evicted before b under the policy (ties: LRU). */
+static bool evict_before(enum kvp_policy policy, const struct kvp_seq *a,
+			 const struct kvp_seq *b)
+{
+	uint64_t la = atomic_load_explicit(&a->last_access,
+					   memory_order_relaxed);
+	uint64_t lb = atomic_load_explicit(&b->last_access,
+					   memory_order_relaxed);
+
+	switch (policy) {
+	case KVP_EVICT_LFU: {
+		uint64_t ca = atomic_load_explicit(&a->access_count,
+						   memory_order_relaxed);
+		uint64_t cb = atomic_load_explicit(&b->access_count,
+						   memory_order_relaxed);
+
+		if (ca != cb)
+			return ca < cb;
+		break;
+	}
+	case KVP_EVICT_LONGEST:
+		if (seq_tokens(a) != seq_tokens(b))
+			return seq_tokens(a) > seq_tokens(b);
+		break;
+	case KVP_EVICT_PRIORITY: {
+		int32_t pa = atomic_load_explicit(&a->priority,
+						  memory_order_relaxed);
+		int32_t pb = atomic_load_explicit(&b->priority,
+						  memory_order_relaxed);
+
+		if (pa != pb)
+			return pa < pb;
+		break;
+	}
+	case KVP_EVICT_LRU:
+		break;
+	}
+	return la < lb;
+}
+
+/* Evicts one sequence by policy; -ENOENT if none is left. */
+static int evict_one(struct kvp_manager *m, uint64_t *victim)
+{
+	struct seqmap_iter iter;
+	struct kvp_seq *s, *best;
+
+	kvp_rcu_read_lock();
+	for (;;) {
+		best = NULL;
+		/* A racy scan: keys are read relaxed, and the choice is
+		 * confirmed under the victim's lock below. */
+		for (s = seqmap_first(&m->map, &iter); s;
+		     s = seqmap_next(&m->map, &iter)) {
+			if (atomic_load_explicit(&s->dead,
+						 memory_order_relaxed))
+				continue;
+			if (!best || evict_before(m->policy, s, best))
+				best = s;
+		}
+		if (!best) {
+			kvp_rcu_read_unlock();
+			return -ENOENT;
+		}
+		seq_lock(best);
+		if (!atomic_load_explicit(&best->dead, memory_order_relaxed))
+			break;
+		/* Another evictor or a free took it: choose again. */
+		seq_unlock(best);
+	}
+	if (victim)
+		*victim = best->id;
+	seq_remove_locked(m, best);
+	kvp_rcu_read_unlock();
+	stat_add(m, evictions, 1);
+	return 0;
+}
+
+KVP_API int kvp_evict(struct kvp_manager *m, uint64_t *victim)
+{
+	if (!m)
+		return -EINVAL;
+	return evict_one(m, victim);
+}
+
+KVP_API int kvp_evict_until(struct kvp_manager *m, float target_util,
+			    uint64_t *victims, uint32_t cap, uint32_t *n)
+{
+	uint64_t used, total;
+
+	if (!m || !n || (!victims && cap) || isnan(target_util) ||
+	    target_util > 1.0f)
+		return -EINVAL;
+	if (target_util < 0)
+		target_util = m->eviction_threshold;
+	*n = 0;
+	for (;;) {
+		pool_usage(m->pool, &used, &total);
+		if ((double)used <= (double)target_util * (double)total)
+			return 0;
+		if (*n == cap || evict_one(m, &victims[*n]) != 0)
+			return KVP_EVICT_PARTIAL;
+		(*n)++;
+	}
+}
+
+/* ------------------------------------------------------------------ */
+/* Managers                                                            */
+/* ------------------------------------------------------------------ */
+
+static int validate_manager_config(const struct kvp_manager_config *cfg)
+{
+	if (!cfg->pool)
+		return -EINVAL;
+	if ((unsigned)cfg->policy > KVP_EVICT_PRIORITY)
+		return -EINVAL;
+	if (isnan(cfg->eviction_threshold) || cfg->eviction_threshold < 0 ||
+	    cfg->eviction_threshold > 1)
+		return -EINVAL;
+	if (isnan(cfg->watermark) || cfg->watermark < 0 || cfg->watermark >= 1)
+		return -EINVAL;
+	if (cfg->flags & ~KVP_MANAGER_KNOWN_FLAGS)
+		return -EINVAL;
+	return 0;
+}
+
+KVP_API int kvp_manager_create(const struct kvp_manager_config *cfg,
+			       struct kvp_manager **out)
+{
+	struct kvp_manager *m;
+	struct kvp_pool *pool;
+	int err;
+
+	if (!cfg || !out)
+		return -EINVAL;
+	err = validate_manager_config(cfg);
+	if (err)
+		return err;
+	m = kvp_malloc_aligned(KVP_CACHELINE, sizeof(*m));
+	if (!m)
+		return -ENOMEM;
+	memset(m, 0, sizeof(*m));
+	err = seqmap_init(&m->map);
+	if (err) {
+		kvp_free_aligned(m, KVP_CACHELINE, sizeof(*m));
+		return err;
+	}
+	pool = cfg->pool;
+	m->pool = kvp_pool_ref(pool);
+	m->block_tokens = pool->block_tokens;
+	m->policy = cfg->policy;
+	m->eviction_threshold = cfg->eviction_threshold > 0
+					? cfg->eviction_threshold
+					: KVP_DEFAULT_EVICTION_THRESHOLD;
+	m->watermark = cfg->watermark > 0 ? cfg->watermark
+					  : KVP_DEFAULT_WATERMARK;
+	m->flags = cfg->flags;
+	kvp_check_pthread(pthread_mutex_lock(&pool->mgr_lock));
+	m->pool_next = pool->managers;
+	pool->managers = m;
+	kvp_check_pthread(pthread_mutex_unlock(&pool->mgr_lock));
+	*out = m;
+	return 0;
+}
+
+KVP_API void kvp_manager_destroy(struct kvp_manager *m)
+{
+	struct seqmap_iter iter;
+	struct kvp_seq *s;
+	struct kvp_manager **pp;
+	struct kvp_pool *pool;
+
+	if (!m)
+		return;
+	kvp_rcu_read_lock();
+	for (s = seqmap_first(&m->map, &iter); s;
+	     s = seqmap_next(&m->map, &iter)) {
+		seq_lock(s);
+		if (atomic_load_explicit(&s->dead, memory_order_relaxed))
+			seq_unlock(s);
+		else
+			seq_remove_locked(m, s);
+	}
+	kvp_rcu_read_unlock();
+	/* Every sequence's node must be reclaimed before the map goes. */
+	kvp_rcu_barrier();
+	seqmap_fini(&m->map);
+
+	pool = m->pool;
+	kvp_check_pthread(pthread_mutex_lock(&pool->mgr_lock));
+	for (pp = &pool->managers; *pp; pp = &(*pp)->pool_next) {
+		if (*pp == m) {
+			*pp = m->pool_next;
+			break;
+		}
+	}
+	kvp_check_pthread(pthread_mutex_unlock(&pool->mgr_lock));
+	kvp_free_aligned(m, KVP_CACHELINE, sizeof(*m));
+	kvp_pool_unref(pool);
+}
+
+KVP_API void kvp_manager_stats(struct kvp_manager *m, struct kvp_stats *st)
+{
+	uint64_t used, total;
+
+	if (!m || !st)
+		return;
+	memset(st, 0, sizeof(*st));
+	st->sequences = STAT(m, sequences);
+	st->tokens = STAT(m, tokens);
+	st->seq_creates = STAT(m, creates);
+	st->seq_frees = STAT(m, frees);
+	st->appends = STAT(m, appends);
+	st->forks = STAT(m, forks);
+	st->evictions = STAT(m, evictions);
+	st->cow_copies = STAT(m, cows);
+	st->blocks_allocated = STAT(m, blocks_allocated);
+	st->blocks_released = STAT(m, blocks_released);
+	pool_usage(m->pool, &used, &total);
+	st->blocks_used = used;
+	st->blocks_total = total;
+	st->bytes_per_block = m->pool->block_bytes;
+}
+
+KVP_API int kvp_manager_dump(struct kvp_manager *m, FILE *f)
+{
+	struct kvp_stats st;
+	double pct;
+
+	if (!m || !f)
+		return -EINVAL;
+	kvp_manager_stats(m, &st);
+	pct = st.blocks_total ? 100.0 * (double)st.blocks_used /
+					(double)st.blocks_total
+			      : 0.0;
+	fprintf(f,
+		"kvpool manager %p (pool %p, %" PRIu32 " tokens/block)\n"
+		"  blocks:     %" PRIu64 " used / %" PRIu64 " total (%.1f%%)\n"
+		"  memory:     %" PRIu64 " bytes used of %" PRIu64
+		" (%" PRIu64 " per block)\n"
+		"  sequences:  %" PRIu64 " live, %" PRIu64 " tokens\n"
+		"  created:    %" PRIu64 ", freed %" PRIu64 ", evicted %" PRIu64
+		"\n"
+		"  appends:    %" PRIu64 ", forks %" PRIu64
+		", copy-on-write copies %" PRIu64 "\n"
+		"  blocks:     %" PRIu64 " allocated, %" PRIu64
+		" released by this manager\n",
+		(void *)m, (void *)m->pool, m->block_tokens, st.blocks_used,
+		st.blocks_total, pct, st.blocks_used * st.bytes_per_block,
+		st.blocks_total * st.bytes_per_block, st.bytes_per_block,
+		st.sequences, st.tokens, st.seq_creates, st.seq_frees,
+		st.evictions, st.appends, st.forks, st.cow_copies,
+		st.blocks_allocated, st.blocks_released);
+	return ferror(f) ? -EIO : 0;
+}
+
+/* kvp_manager_check: counts m's table entries per block; 0 or -EFAULT. */
+static int check_manager_tables(struct kvp_manager *m, uint32_t *counts)
+{
+	struct seqmap_iter iter;
+	struct kvp_seq *s;
+	int err = 0;
+
+	kvp_rcu_read_lock();
+	for (s = seqmap_first(&m->map, &iter); s;
+	     s = seqmap_next(&m->map, &iter)) {
+		uint32_t tokens = seq_tokens(s);
+
+		if (atomic_load_explicit(&s->dead, memory_order_relaxed))
+			continue;
+		if (s->nblocks != blocks_for(tokens, m->block_tokens) ||
+		    s->nblocks > s->cap) {
+			fprintf(stderr,
+				"kvp_manager_check: sequence %" PRIu64
+				" has %u tokens in %u blocks\n",
+				s->id, tokens, s->nblocks);
+			err = -EFAULT;
+		}
+		for (uint32_t i = 0; i < s->nblocks; i++) {
+			if (s->blocks[i] >= m->pool->num_blocks) {
+				fprintf(stderr,
+					"kvp_manager_check: sequence %" PRIu64
+					" holds block %u out of range\n",
+					s->id, s->blocks[i]);
+				err = -EFAULT;
+				continue;
+			}
+			counts[s->blocks[i]]++;
+		}
+	}
+	kvp_rcu_read_unlock();
+	return err;
+}
+
+KVP_API int kvp_manager_check(struct kvp_manager *m)
+{
+	struct kvp_pool *pool;
+	uint32_t *counts;
+	int err, bad = 0;
+
+	if (!m)
+		return -EINVAL;
+	pool = m->pool;
+	err = kvp_pool_check(pool);
+	if (err)
+		return err;
+	counts = kvp_calloc(pool->num_blocks, sizeof(*counts));
+	if (!counts)
+		return -ENOMEM;
+	kvp_check_pthread(pthread_mutex_lock(&pool->mgr_lock));
+	for (struct kvp_manager *o = pool->managers; o; o = o->pool_next)
+		if (check_manager_tables(o, counts))
+			err = -EFAULT;
+	kvp_check_pthread(pthread_mutex_unlock(&pool->mgr_lock));
+	for (uint32_t b = 0; b < pool->num_blocks; b++) {
+		int refs = kvp_block_refcount(pool, b);
+
+		if ((uint32_t)refs == counts[b])
+			continue;
+		if (bad++ < 10)
+			fprintf(stderr,
+				"kvp_manager_check: block %u has %d references "
+				"but %u block-table entries\n",
+				b, refs, counts[b]);
+		err = -EFAULT;
+	}
+	kvp_free(counts, (size_t)pool->num_blocks * sizeof(*counts));
+	return err;
+}

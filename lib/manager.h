@@ -1,0 +1,95 @@
+/*
+ * manager.h - sequences and the manager, shared by manager.c, seqmap.c and
+ * export.c.
+ */
+#ifndef KVP_MANAGER_H
+#define KVP_MANAGER_H
+
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <urcu/urcu-memb.h>
+#include <urcu/rculfhash.h>
+
+#include "compiler.h"
+#include "pool.h"
+#include "seqmap.h"
+
+struct kvp_seq {
+	struct cds_lfht_node node; /* seqmap */
+	uint64_t id;		   /* immutable */
+	struct rcu_head rcu;
+	/* Serialises every mutation and consistent read of the sequence. */
+	_Atomic uint32_t lock;
+	/* Set once, under lock, by the free that removes the sequence; a
+	 * locker that sees it treats the sequence as unknown.  Eviction
+	 * scans read it relaxed. */
+	_Atomic bool dead;
+	uint32_t nblocks, cap; /* lock */
+	uint32_t *blocks;      /* lock: blocks[0..nblocks), capacity cap */
+	/* Written under lock; eviction scans and stats read them relaxed. */
+	_Atomic uint32_t num_tokens;
+	_Atomic int32_t priority;
+	_Atomic uint64_t last_access, access_count;
+};
+
+/* Statistics counters, sharded so that threads rarely share a line. */
+#define KVP_MGR_SHARDS 16
+struct mgr_shard {
+	kvp_cacheline_aligned _Atomic uint64_t creates;
+	_Atomic uint64_t frees, appends, forks, evictions, cows;
+	_Atomic uint64_t blocks_allocated, blocks_released;
+	_Atomic uint64_t sequences, tokens; /* deltas, wrapping */
+};
+
+struct kvp_manager {
+	/* Read-only after creation. */
+	struct kvp_pool *pool; /* a reference of ours */
+	uint32_t block_tokens;
+	enum kvp_policy policy;
+	float eviction_threshold, watermark;
+	uint32_t flags;
+	struct seqmap map;
+	/* The pool's manager list.  Synchronization: pool->mgr_lock. */
+	struct kvp_manager *pool_next;
+	/* Logical clock of accesses.  Synchronization: atomic RMW. */
+	kvp_cacheline_aligned _Atomic uint64_t clock;
+	struct mgr_shard shards[KVP_MGR_SHARDS];
+};
+
+static inline void seq_lock(struct kvp_seq *s)
+{
+	unsigned spins = 0;
+
+	/* Acquire: pairs with seq_unlock()'s release. */
+	while (atomic_exchange_explicit(&s->lock, 1, memory_order_acquire)) {
+		while (atomic_load_explicit(&s->lock, memory_order_relaxed)) {
+			/* The holder may be descheduled (more threads than
+			 * cores): stop burning its CPU after a while. */
+			if (++spins > 64) {
+				sched_yield();
+				spins = 0;
+			} else {
+				kvp_cpu_relax();
+			}
+		}
+	}
+}
+
+static inline void seq_unlock(struct kvp_seq *s)
+{
+	atomic_store_explicit(&s->lock, 0, memory_order_release);
+}
+
+/*
+ * Inside an RCU read-side section: finds sequence id and returns it
+ * locked, or NULL if it is unknown or being freed.
+ */
+struct kvp_seq *seq_get(struct kvp_manager *m, uint64_t id);
+
+static inline uint32_t blocks_for(uint32_t tokens, uint32_t block_tokens)
+{
+	return tokens / block_tokens + (tokens % block_tokens != 0);
+}
+
+#endif /* KVP_MANAGER_H */

@@ -1,0 +1,65 @@
+/*
+ * rcu.c - automatic RCU registration of the library's caller threads.
+ *
+ * liburcu requires every thread with read-side sections to register, and
+ * to unregister before it exits.  kvpool's callers need not know: the
+ * first read-side section of a thread registers it and arms a pthread key
+ * whose destructor unregisters it at thread exit.
+ */
+#include <pthread.h>
+#include <stdbool.h>
+
+#include "compiler.h"
+#include "rcu.h"
+
+char kvp_rcu_tsan_sync;
+
+static pthread_key_t unregister_key;
+static pthread_once_t key_once = PTHREAD_ONCE_INIT;
+static __thread bool registered; /* owner thread only */
+
+static void unregister_thread(void *arg)
+{
+	(void)arg;
+	if (registered) {
+		urcu_memb_unregister_thread();
+		registered = false;
+	}
+}
+
+static void make_key(void)
+{
+	kvp_check_pthread(pthread_key_create(&unregister_key,
+					     unregister_thread));
+}
+
+static void register_thread(void)
+{
+	kvp_check_pthread(pthread_once(&key_once, make_key));
+	urcu_memb_register_thread();
+	registered = true;
+	/* The value only has to be non-NULL for the destructor to run. */
+	kvp_check_pthread(pthread_setspecific(unregister_key, &registered));
+}
+
+void kvp_rcu_read_lock(void)
+{
+	if (unlikely(!registered))
+		register_thread();
+	urcu_memb_read_lock();
+}
+
+void kvp_rcu_read_unlock(void)
+{
+	/* Everything this reader did happens before any reclamation that
+	 * waits for it (pairs with kvp_rcu_reclaim()). */
+	kvp_tsan_release(&kvp_rcu_tsan_sync);
+	urcu_memb_read_unlock();
+}
+
+void kvp_rcu_barrier(void)
+{
+	if (unlikely(!registered))
+		register_thread();
+	urcu_memb_barrier();
+}

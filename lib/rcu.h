@@ -1,0 +1,43 @@
+/*
+ * rcu.h - liburcu (memb flavour) glue: automatic thread registration and
+ * the ThreadSanitizer hand-offs liburcu's asm atomics hide.
+ *
+ * Read-side sections may nest and may block briefly (the memb flavour
+ * allows it).  A node published into an RCU structure is announced with
+ * kvp_rcu_publish() before insertion and kvp_rcu_found() after a lookup
+ * finds it; a call_rcu callback starts with kvp_rcu_reclaim() before it
+ * frees anything.
+ */
+#ifndef KVP_RCU_H
+#define KVP_RCU_H
+
+#include <urcu/urcu-memb.h>
+
+#include "tsan.h"
+
+/* Registers the calling thread with RCU if needed; then read-locks. */
+void kvp_rcu_read_lock(void);
+void kvp_rcu_read_unlock(void);
+
+/* Waits for every callback queued with call_rcu so far. */
+void kvp_rcu_barrier(void);
+
+/* Every reader releases this at read-unlock; reclaimers acquire it. */
+extern char kvp_rcu_tsan_sync;
+
+static inline void kvp_rcu_publish(const void *node)
+{
+	kvp_tsan_release(node);
+}
+
+static inline void kvp_rcu_found(const void *node)
+{
+	kvp_tsan_acquire(node);
+}
+
+static inline void kvp_rcu_reclaim(void)
+{
+	kvp_tsan_acquire(&kvp_rcu_tsan_sync);
+}
+
+#endif /* KVP_RCU_H */

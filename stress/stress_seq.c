@@ -1,0 +1,307 @@
+/*
+ * stress_seq.c - validates sequences and managers under threads.
+ *
+ * usage: stress_seq THREADS SECONDS [--blocks N] [--ids K] [--seed S]
+ *
+ * Two managers (two "models") share one data-owning pool that is small
+ * enough to run out.  Every thread picks random operations on a small id
+ * space shared by all threads (--ids, default 48 per manager), so frees
+ * race forks, appends race frees, and evictors race each other on the same
+ * sequences: create, append (with copy-on-write), fork, free, truncate,
+ * stream trim, set priority, evict, info, blocks and the three exports.
+ * Each call's result must be one the API allows in a race (e.g. fork:
+ * 0, -ENOENT or -EEXIST); any other aborts the run.  On -ENOSPC a thread
+ * evicts by policy.  Tables read back must be well formed.
+ *
+ * At the end every sequence is freed; the program requires both managers'
+ * kvp_manager_check() (every block's refcount equals the table entries
+ * holding it, across both managers), kvp_pool_check(), and free == total.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kvpool.h"
+
+#define BT 16
+#define MAX_TOKENS 600
+
+static struct kvp_pool *pool;
+static struct kvp_manager *mgr[2];
+static uint32_t num_blocks = 1024, id_space = 48;
+static _Atomic int stop;
+static _Atomic uint64_t counts[16];
+
+enum { OP_CREATE, OP_APPEND, OP_FORK, OP_FREE, OP_TRUNC, OP_TRIM, OP_EVICT,
+       OP_READ, OP_EXPORT, OP_COW, OP_ENOSPC, OP_NCOUNTS };
+static const char *const op_names[] = {"create", "append", "fork", "free",
+				       "truncate", "trim", "evict", "read",
+				       "export", "cow", "enospc"};
+
+#define fail(...)                                                            \
+	do {                                                                 \
+		fprintf(stderr, "stress_seq: FAIL: " __VA_ARGS__);           \
+		fflush(stderr);                                              \
+		_exit(1);                                                    \
+	} while (0)
+
+static uint64_t rnd(uint64_t *s)
+{
+	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+/* Fails unless err is 0 or one of the allowed errors. */
+static void expect(const char *what, int err, int a, int b, int c)
+{
+	if (err == 0 || err == a || err == b || err == c)
+		return;
+	fail("%s returned %d (%s)\n", what, err, kvp_strerror(err));
+}
+
+static void count(int op)
+{
+	atomic_fetch_add_explicit(&counts[op], 1, memory_order_relaxed);
+}
+
+/* A table read back must be well formed. */
+static void check_table(const uint32_t *ids, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++)
+		if (ids[i] >= num_blocks)
+			fail("table holds block %u out of range\n", ids[i]);
+}
+
+static void on_enospc(struct kvp_manager *m)
+{
+	uint64_t victim;
+
+	count(OP_ENOSPC);
+	expect("evict", kvp_evict(m, &victim), -ENOENT, 0, 0);
+}
+
+static void do_read(struct kvp_manager *m, uint64_t id)
+{
+	uint32_t ids[MAX_TOKENS / BT + 64], n;
+	struct kvp_seq_info info;
+	int err;
+
+	err = kvp_seq_info(m, id, &info);
+	expect("info", err, -ENOENT, 0, 0);
+	if (!err && info.num_blocks != (info.num_tokens + BT - 1) / BT)
+		fail("seq %llu: %u tokens in %u blocks\n",
+		     (unsigned long long)id, info.num_tokens, info.num_blocks);
+	err = kvp_seq_blocks(m, id, ids, (uint32_t)(sizeof(ids) / sizeof(ids[0])),
+			     &n);
+	expect("blocks", err, -ENOENT, -ENOSPC, 0);
+	if (!err)
+		check_table(ids, n);
+}
+
+static void do_export(struct kvp_manager *m, uint64_t *seed)
+{
+	uint64_t seqs[2] = {rnd(seed) % id_space, rnd(seed) % id_space};
+	int32_t table[2 * 128], indptr[3], indices[256], last[2];
+	int64_t slots[8];
+	int err;
+
+	err = kvp_export_block_table(m, seqs, 2, table, 128, -1);
+	expect("block table", err, -ENOENT, -ENOSPC, 0);
+	err = kvp_export_csr(m, seqs, 2, indptr, indices, 256, last);
+	expect("csr", err, -ENOENT, -ENOSPC, 0);
+	if (!err) {
+		if (indptr[0] != 0 || indptr[1] > indptr[2])
+			fail("csr indptr not monotonic\n");
+		for (int i = 0; i < 2; i++)
+			if (last[i] < 0 || last[i] > BT)
+				fail("last_page_len %d\n", last[i]);
+	}
+	err = kvp_export_slot_mapping(m, seqs[0], 0, 8, slots);
+	expect("slots", err, -ENOENT, -ERANGE, 0);
+	if (!err)
+		for (int i = 0; i < 8; i++)
+			if (slots[i] < 0 ||
+			    slots[i] >= (int64_t)num_blocks * BT ||
+			    slots[i] % BT != i % BT)
+				fail("slot %lld for position %d\n",
+				     (long long)slots[i], i);
+	count(OP_EXPORT);
+}
+
+static void *worker(void *arg)
+{
+	uint64_t seed = (uint64_t)(uintptr_t)arg;
+	struct kvp_copy cow[1];
+	uint32_t ncow;
+
+	while (!atomic_load_explicit(&stop, memory_order_relaxed)) {
+		struct kvp_manager *m = mgr[rnd(&seed) & 1];
+		uint64_t id = rnd(&seed) % id_space;
+		uint32_t r = (uint32_t)(rnd(&seed) % 100);
+		uint64_t victim;
+		int err;
+
+		if (r < 15) {
+			err = kvp_seq_create(m, id,
+					     (uint32_t)(rnd(&seed) % 200));
+			expect("create", err, -EEXIST, -ENOSPC, 0);
+			if (err == -ENOSPC)
+				on_enospc(m);
+			count(OP_CREATE);
+		} else if (r < 45) {
+			err = kvp_seq_append(m, id,
+					     1 + (uint32_t)(rnd(&seed) % 40),
+					     cow, 1, &ncow);
+			expect("append", err, -ENOENT, -ENOSPC, 0);
+			if (err == -ENOSPC)
+				on_enospc(m);
+			if (!err && ncow) {
+				if (cow[0].src == cow[0].dst ||
+				    cow[0].tokens == 0 || cow[0].tokens >= BT)
+					fail("bad copy {%u, %u, %u}\n",
+					     cow[0].src, cow[0].dst,
+					     cow[0].tokens);
+				count(OP_COW);
+			}
+			count(OP_APPEND);
+		} else if (r < 55) {
+			err = kvp_seq_fork(m, id, rnd(&seed) % id_space);
+			expect("fork", err, -ENOENT, -EEXIST, 0);
+			count(OP_FORK);
+		} else if (r < 67) {
+			expect("free", kvp_seq_free(m, id), -ENOENT, 0, 0);
+			count(OP_FREE);
+		} else if (r < 72) {
+			err = kvp_seq_truncate(m, id,
+					       (uint32_t)(rnd(&seed) % 300));
+			expect("truncate", err, -ENOENT, -ERANGE, 0);
+			count(OP_TRUNC);
+		} else if (r < 75) {
+			err = kvp_seq_stream_trim(m, id, 4, 64, NULL);
+			expect("trim", err, -ENOENT, 0, 0);
+			count(OP_TRIM);
+		} else if (r < 77) {
+			expect("evict", kvp_evict(m, &victim), -ENOENT, 0, 0);
+			count(OP_EVICT);
+		} else if (r < 79) {
+			err = kvp_seq_set_priority(m, id,
+						   (int32_t)(rnd(&seed) % 7));
+			expect("priority", err, -ENOENT, 0, 0);
+		} else if (r < 92) {
+			do_read(m, id);
+			count(OP_READ);
+		} else {
+			do_export(m, &seed);
+		}
+		/* Keep sequences short so the pool keeps cycling. */
+		{
+			struct kvp_seq_info info;
+
+			if (kvp_seq_info(m, id, &info) == 0 &&
+			    info.num_tokens > MAX_TOKENS)
+				expect("truncate",
+				       kvp_seq_truncate(m, id, 17), -ENOENT, 0,
+				       0);
+		}
+	}
+	return NULL;
+}
+
+int main(int argc, char **argv)
+{
+	struct kvp_layout layout = {.num_layers = 1, .num_kv_heads = 1,
+				    .head_dim = 2, .dtype = KVP_F32};
+	struct kvp_pool_config cfg = {.block_tokens = BT, .device_id = -1,
+				      .layout = &layout};
+	struct kvp_manager_config mc = {0};
+	struct kvp_pool_stats st;
+	uint64_t seed = (uint64_t)time(NULL);
+	pthread_t *tids;
+	int nthreads, err;
+	double seconds;
+
+	if (argc < 3) {
+		fprintf(stderr, "usage: %s THREADS SECONDS [--blocks N] "
+				"[--ids K] [--seed S]\n",
+			argv[0]);
+		return 2;
+	}
+	nthreads = atoi(argv[1]);
+	seconds = atof(argv[2]);
+	for (int i = 3; i + 1 < argc; i += 2) {
+		if (!strcmp(argv[i], "--blocks"))
+			num_blocks = (uint32_t)strtoul(argv[i + 1], NULL, 0);
+		else if (!strcmp(argv[i], "--ids"))
+			id_space = (uint32_t)strtoul(argv[i + 1], NULL, 0);
+		else if (!strcmp(argv[i], "--seed"))
+			seed = strtoull(argv[i + 1], NULL, 0);
+	}
+	if (nthreads < 1 || seconds <= 0 || id_space == 0) {
+		fprintf(stderr, "stress_seq: bad arguments\n");
+		return 2;
+	}
+	cfg.num_blocks = num_blocks;
+	if ((err = kvp_pool_create(&cfg, &pool)))
+		fail("kvp_pool_create: %s\n", kvp_strerror(err));
+	mc.pool = pool;
+	mc.policy = KVP_EVICT_LRU;
+	if ((err = kvp_manager_create(&mc, &mgr[0])))
+		fail("kvp_manager_create: %s\n", kvp_strerror(err));
+	mc.policy = KVP_EVICT_PRIORITY;
+	if ((err = kvp_manager_create(&mc, &mgr[1])))
+		fail("kvp_manager_create: %s\n", kvp_strerror(err));
+	kvp_pool_unref(pool); /* the managers hold it */
+	printf("stress_seq: %d threads, %.1f s, %u blocks, %u ids per "
+	       "manager, seed %llu\n",
+	       nthreads, seconds, num_blocks, id_space,
+	       (unsigned long long)seed);
+
+	tids = calloc((size_t)nthreads, sizeof(*tids));
+	for (int i = 0; i < nthreads; i++)
+		pthread_create(&tids[i], NULL, worker,
+			       (void *)(uintptr_t)(seed + 7919u * (unsigned)i));
+	{
+		struct timespec ts = {(time_t)seconds,
+				      (long)((seconds - (double)(time_t)seconds) *
+					     1e9)};
+
+		nanosleep(&ts, NULL);
+	}
+	atomic_store(&stop, 1);
+	for (int i = 0; i < nthreads; i++)
+		pthread_join(tids[i], NULL);
+
+	/* Mid-state check first: both managers still hold sequences. */
+	if ((err = kvp_manager_check(mgr[0])))
+		fail("kvp_manager_check with live sequences: %s\n",
+		     kvp_strerror(err));
+	for (int k = 0; k < 2; k++)
+		for (uint64_t id = 0; id < id_space; id++)
+			expect("final free", kvp_seq_free(mgr[k], id), -ENOENT,
+			       0, 0);
+	for (int k = 0; k < 2; k++)
+		if ((err = kvp_manager_check(mgr[k])))
+			fail("kvp_manager_check: %s\n", kvp_strerror(err));
+	kvp_pool_stats(pool, &st);
+	if (st.free != st.total)
+		fail("free %llu != total %llu at the end\n",
+		     (unsigned long long)st.free, (unsigned long long)st.total);
+	printf("stress_seq:");
+	for (int i = 0; i < OP_NCOUNTS; i++)
+		printf(" %s %llu", op_names[i],
+		       (unsigned long long)atomic_load(&counts[i]));
+	printf(": ok\n");
+	kvp_manager_destroy(mgr[0]);
+	kvp_manager_destroy(mgr[1]);
+	free(tids);
+	return 0;
+}
