@@ -346,7 +346,10 @@ KVP_API int kvp_seq_set_priority(struct kvp_manager *m, uint64_t seq,
 
 struct kvp_seq_info {
 	uint32_t num_tokens, num_blocks;
-	uint64_t last_access;  /* manager's logical clock at the last access */
+	/* Logical clock at the last access (create, append, fork, trim):
+	 * process-wide, strictly increasing within a thread, ordered across
+	 * threads to within 1024 ticks. */
+	uint64_t last_access;
 	uint64_t access_count; /* create/append/fork-as-source count */
 	int32_t priority;
 };

@@ -9,7 +9,6 @@
 #include <string.h>
 
 #include "manager.h"
-#include "rcu.h"
 
 /* The longest table among seqs, or -ENOENT. */
 static int max_blocks(struct kvp_manager *m, const uint64_t *seqs,
@@ -19,7 +18,7 @@ static int max_blocks(struct kvp_manager *m, const uint64_t *seqs,
 
 	*total = 0;
 	for (uint32_t i = 0; i < nseq; i++) {
-		struct kvp_seq *s = seq_get(m, seqs[i]);
+		struct kvp_seq *s = seq_acquire(m, seqs[i]);
 
 		if (!s)
 			return -ENOENT;
@@ -40,14 +39,11 @@ KVP_API int kvp_export_block_table(struct kvp_manager *m, const uint64_t *seqs,
 
 	if (!m || (!seqs && nseq))
 		return -EINVAL;
-	kvp_rcu_read_lock();
-	if (!table) {
-		err = max_blocks(m, seqs, nseq, &total);
-		goto out;
-	}
+	if (!table)
+		return max_blocks(m, seqs, nseq, &total);
 	for (uint32_t i = 0; i < nseq && !err; i++) {
 		int32_t *row = table + (size_t)i * stride;
-		struct kvp_seq *s = seq_get(m, seqs[i]);
+		struct kvp_seq *s = seq_acquire(m, seqs[i]);
 		uint32_t j;
 
 		if (!s) {
@@ -65,8 +61,6 @@ KVP_API int kvp_export_block_table(struct kvp_manager *m, const uint64_t *seqs,
 		}
 		seq_unlock(s);
 	}
-out:
-	kvp_rcu_read_unlock();
 	return err;
 }
 
@@ -83,16 +77,15 @@ KVP_API int kvp_export_csr(struct kvp_manager *m, const uint64_t *seqs,
 	if (indices && (!indptr || (!last_page_len && nseq)))
 		return -EINVAL;
 	bt = m->block_tokens;
-	kvp_rcu_read_lock();
 	if (!indices) {
 		err = max_blocks(m, seqs, nseq, &total);
 		if (err >= 0)
 			err = total > INT32_MAX ? -EOVERFLOW : (int)total;
-		goto out;
+		return err;
 	}
 	indptr[0] = 0;
 	for (uint32_t i = 0; i < nseq && !err; i++) {
-		struct kvp_seq *s = seq_get(m, seqs[i]);
+		struct kvp_seq *s = seq_acquire(m, seqs[i]);
 		uint32_t tokens;
 
 		if (!s) {
@@ -117,8 +110,6 @@ KVP_API int kvp_export_csr(struct kvp_manager *m, const uint64_t *seqs,
 		}
 		seq_unlock(s);
 	}
-out:
-	kvp_rcu_read_unlock();
 	return err;
 }
 
@@ -133,12 +124,9 @@ KVP_API int kvp_export_slot_mapping(struct kvp_manager *m, uint64_t seq,
 	if (!m || (!slots && n))
 		return -EINVAL;
 	bt = m->block_tokens;
-	kvp_rcu_read_lock();
-	s = seq_get(m, seq);
-	if (!s) {
-		kvp_rcu_read_unlock();
+	s = seq_acquire(m, seq);
+	if (!s)
 		return -ENOENT;
-	}
 	if ((uint64_t)first_pos + n >
 	    atomic_load_explicit(&s->num_tokens, memory_order_relaxed)) {
 		err = -ERANGE;
@@ -150,6 +138,5 @@ KVP_API int kvp_export_slot_mapping(struct kvp_manager *m, uint64_t seq,
 		}
 	}
 	seq_unlock(s);
-	kvp_rcu_read_unlock();
 	return err;
 }

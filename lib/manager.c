@@ -45,6 +45,7 @@
 #include "alloc.h"
 #include "manager.h"
 #include "rcu.h"
+#include "tcache.h"
 
 #define KVP_DEFAULT_EVICTION_THRESHOLD 0.9f
 #define KVP_DEFAULT_WATERMARK 0.01f
@@ -89,17 +90,38 @@ static uint64_t stat_sum(struct kvp_manager *m, size_t offset)
 /* Sequences                                                           */
 /* ------------------------------------------------------------------ */
 
-static uint64_t tick(struct kvp_manager *m)
+/*
+ * The access clock.  One shared counter bumped on every access would be a
+ * cache line written by every thread on every append.  Instead each thread
+ * takes ticks in batches from a process-wide counter and hands them out
+ * locally; it takes a fresh batch when its batch is used up or when the
+ * shared counter has run more than KVP_TICK_SKEW ahead of it (other threads
+ * took many later ticks), so ticks are unique, strictly increasing within
+ * a thread, and ordered across threads to within KVP_TICK_SKEW.
+ */
+#define KVP_TICK_BATCH 256
+#define KVP_TICK_SKEW (4 * KVP_TICK_BATCH)
+static _Atomic uint64_t clock_base = 1; /* atomic */
+static __thread uint64_t tick_next, tick_end; /* owner thread only */
+
+static uint64_t tick(void)
 {
 	/* Relaxed: a logical clock orders accesses, it publishes nothing. */
-	return atomic_fetch_add_explicit(&m->clock, 1, memory_order_relaxed) +
-	       1;
+	uint64_t seen = atomic_load_explicit(&clock_base, memory_order_relaxed);
+
+	if (unlikely(tick_next >= tick_end || seen - tick_next > KVP_TICK_SKEW)) {
+		tick_next = atomic_fetch_add_explicit(&clock_base,
+						      KVP_TICK_BATCH,
+						      memory_order_relaxed);
+		tick_end = tick_next + KVP_TICK_BATCH;
+	}
+	return tick_next++;
 }
 
 /* Records an access under the sequence's lock. */
-static void touch(struct kvp_manager *m, struct kvp_seq *s)
+static void touch(struct kvp_seq *s)
 {
-	atomic_store_explicit(&s->last_access, tick(m), memory_order_relaxed);
+	atomic_store_explicit(&s->last_access, tick(), memory_order_relaxed);
 	atomic_store_explicit(
 		&s->access_count,
 		atomic_load_explicit(&s->access_count, memory_order_relaxed) +
@@ -117,49 +139,205 @@ static void seq_set_tokens(struct kvp_seq *s, uint32_t tokens)
 	atomic_store_explicit(&s->num_tokens, tokens, memory_order_relaxed);
 }
 
-static struct kvp_seq *seq_alloc(uint32_t cap)
+static size_t table_bytes(uint32_t cap)
 {
-	struct kvp_seq *s = kvp_calloc(1, sizeof(*s));
+	return (size_t)cap * sizeof(uint32_t);
+}
+
+/* A new struct for m, dead and unpublished; cache-line aligned so that
+ * sequences of different threads never share a line. */
+static struct kvp_seq *seq_new(struct kvp_manager *m)
+{
+	struct kvp_seq *s = kvp_malloc_aligned(KVP_CACHELINE, sizeof(*s));
+	struct kvp_seq *head;
 
 	if (!s)
 		return NULL;
-	if (cap < KVP_MIN_TABLE)
-		cap = KVP_MIN_TABLE;
-	s->blocks = kvp_malloc((size_t)cap * sizeof(*s->blocks));
+	memset(s, 0, sizeof(*s));
+	s->blocks = kvp_malloc(table_bytes(KVP_MIN_TABLE));
 	if (!s->blocks) {
-		kvp_free(s, sizeof(*s));
+		kvp_free_aligned(s, KVP_CACHELINE, sizeof(*s));
 		return NULL;
 	}
-	s->cap = cap;
+	s->cap = KVP_MIN_TABLE;
+	s->mgr = m;
+	atomic_init(&s->dead, true);
+	/* Push-only list: a plain CAS push, read only at destruction. */
+	head = atomic_load_explicit(&m->all_seqs, memory_order_relaxed);
+	do
+		s->all_next = head;
+	while (!atomic_compare_exchange_weak_explicit(&m->all_seqs, &head, s,
+						      memory_order_release,
+						      memory_order_relaxed));
 	return s;
 }
 
-/* Frees a sequence nobody else can see (never published, or reclaimed). */
-static void seq_destroy(struct kvp_seq *s)
+/*
+ * Returns an unpublished, dead struct of m (recycled, or new), or NULL if
+ * out of memory.  Pops run inside an RCU read-side section: a struct
+ * returns to the free list only through call_rcu, after every section
+ * that might have read it as the head ends, so the CAS cannot suffer ABA.
+ */
+static struct kvp_seq *seq_take(struct kvp_manager *m)
 {
-	kvp_free(s->blocks, (size_t)s->cap * sizeof(*s->blocks));
-	kvp_free(s, sizeof(*s));
+	struct kvp_seq *s, *next;
+
+	kvp_rcu_read_lock();
+	/* Acquire: pairs with seq_recycle()'s release push. */
+	s = atomic_load_explicit(&m->free_seqs, memory_order_acquire);
+	while (s) {
+		/* Relaxed: if s was popped meanwhile, the CAS fails. */
+		next = atomic_load_explicit(&s->free_next,
+					    memory_order_relaxed);
+		if (atomic_compare_exchange_weak_explicit(
+			    &m->free_seqs, &s, next, memory_order_acquire,
+			    memory_order_acquire))
+			break;
+	}
+	kvp_rcu_read_unlock();
+	return s ? s : seq_new(m);
 }
 
-static void seq_reclaim(struct rcu_head *head)
+/* Puts one struct on the free list. */
+static void seq_free_push(struct kvp_manager *m, struct kvp_seq *s)
+{
+	struct kvp_seq *top;
+
+	top = atomic_load_explicit(&m->free_seqs, memory_order_relaxed);
+	do
+		atomic_store_explicit(&s->free_next, top, memory_order_relaxed);
+	/* Release: the struct's last state happens before its reuse. */
+	while (!atomic_compare_exchange_weak_explicit(&m->free_seqs, &top, s,
+						      memory_order_release,
+						      memory_order_relaxed));
+}
+
+/* RCU callback: a batch of removed (or never published) structs, chained
+ * through retire_next, becomes reusable. */
+static void seq_recycle(struct rcu_head *head)
 {
 	struct kvp_seq *s = caa_container_of(head, struct kvp_seq, rcu);
+	struct kvp_seq *next;
 
 	kvp_rcu_reclaim();
-	kvp_free(s, sizeof(*s));
+	for (; s; s = next) {
+		next = s->retire_next;
+		seq_free_push(s->mgr, s);
+	}
+	kvp_rcu_callback_done();
 }
 
-struct kvp_seq *seq_get(struct kvp_manager *m, uint64_t id)
+/* Hands every retired struct of m to one call_rcu. */
+static void retire_flush(struct kvp_manager *m)
 {
-	struct kvp_seq *s = seqmap_lookup(&m->map, id);
+	/* Acquire: pairs with the release pushes of seq_retire(). */
+	struct kvp_seq *batch = atomic_exchange_explicit(
+		&m->retired, NULL, memory_order_acquire);
 
-	if (!s)
-		return NULL;
-	seq_lock(s);
-	if (atomic_load_explicit(&s->dead, memory_order_relaxed)) {
-		seq_unlock(s);
-		return NULL;
+	if (batch)
+		urcu_memb_call_rcu(&batch->rcu, seq_recycle);
+}
+
+#define KVP_RETIRE_BATCH 64
+
+/*
+ * Hands a dead struct back for reuse after a grace period.  One call_rcu
+ * per struct would wake liburcu's worker on every free; instead structs
+ * gather on the retire list (a push-only stack: pushing is ABA-safe) and
+ * every KVP_RETIRE_BATCH-th retirement detaches the whole list and queues
+ * it with one call_rcu.  The grace period starts at the call_rcu, after
+ * every struct of the batch was removed from the map, so it covers all of
+ * them.  kvp_manager_destroy flushes the rest.
+ */
+static void seq_retire(struct kvp_seq *s)
+{
+	struct kvp_manager *m = s->mgr;
+	struct kvp_seq *top;
+
+	top = atomic_load_explicit(&m->retired, memory_order_relaxed);
+	do
+		s->retire_next = top;
+	/* Release: publishes retire_next to the detaching thread. */
+	while (!atomic_compare_exchange_weak_explicit(&m->retired, &top, s,
+						      memory_order_release,
+						      memory_order_relaxed));
+	/* Relaxed: only paces the batches. */
+	if (atomic_fetch_add_explicit(&m->nretired, 1, memory_order_relaxed) %
+		    KVP_RETIRE_BATCH ==
+	    KVP_RETIRE_BATCH - 1)
+		retire_flush(m);
+}
+
+/*
+ * The per-thread lookup cache: id -> struct, direct-mapped, keyed by the
+ * manager's uid (never reused), so an entry of a destroyed manager never
+ * matches.  A hit is confirmed under the struct's lock (not dead, same
+ * id); the struct being type-stable, a stale entry is only a miss.
+ */
+#define SEQ_CACHE_SLOTS 1024
+struct seq_cache_entry {
+	uint64_t muid, id;
+	struct kvp_seq *s;
+};
+static __thread struct seq_cache_entry *seq_cache; /* owner thread */
+static pthread_key_t seq_cache_key;
+static pthread_once_t seq_cache_once = PTHREAD_ONCE_INIT;
+
+static void seq_cache_free(void *arg)
+{
+	kvp_free(arg, SEQ_CACHE_SLOTS * sizeof(struct seq_cache_entry));
+	seq_cache = NULL;
+}
+
+static void seq_cache_key_create(void)
+{
+	kvp_check_pthread(pthread_key_create(&seq_cache_key, seq_cache_free));
+}
+
+static struct seq_cache_entry *seq_cache_slot(uint64_t id)
+{
+	if (unlikely(!seq_cache)) {
+		kvp_check_pthread(
+			pthread_once(&seq_cache_once, seq_cache_key_create));
+		seq_cache = kvp_calloc(SEQ_CACHE_SLOTS, sizeof(*seq_cache));
+		if (!seq_cache)
+			return NULL; /* no cache: every lookup goes to the map */
+		if (pthread_setspecific(seq_cache_key, seq_cache) != 0) {
+			kvp_free(seq_cache,
+				 SEQ_CACHE_SLOTS * sizeof(*seq_cache));
+			seq_cache = NULL;
+			return NULL;
+		}
 	}
+	return &seq_cache[(id ^ (id >> 10) ^ (id >> 20)) &
+			  (SEQ_CACHE_SLOTS - 1)];
+}
+
+/* Locks s if it holds live sequence id; false (unlocked) otherwise. */
+static bool seq_lock_live(struct kvp_seq *s, uint64_t id)
+{
+	seq_lock(s);
+	if (!atomic_load_explicit(&s->dead, memory_order_relaxed) &&
+	    s->id == id)
+		return true;
+	seq_unlock(s);
+	return false;
+}
+
+struct kvp_seq *seq_acquire(struct kvp_manager *m, uint64_t id)
+{
+	struct seq_cache_entry *e = seq_cache_slot(id);
+	struct kvp_seq *s;
+
+	if (e && e->muid == m->uid && e->id == id && seq_lock_live(e->s, id))
+		return e->s;
+	kvp_rcu_read_lock();
+	s = seqmap_lookup(&m->map, id);
+	if (s && !seq_lock_live(s, id))
+		s = NULL;
+	kvp_rcu_read_unlock();
+	if (s && e)
+		*e = (struct seq_cache_entry){.muid = m->uid, .id = id, .s = s};
 	return s;
 }
 
@@ -217,7 +395,7 @@ static void table_install(struct kvp_seq *s, uint32_t *t, uint32_t cap)
 {
 	if (t == s->blocks)
 		return;
-	kvp_free(s->blocks, (size_t)s->cap * sizeof(*s->blocks));
+	kvp_free(s->blocks, table_bytes(s->cap));
 	s->blocks = t;
 	s->cap = cap;
 }
@@ -231,19 +409,84 @@ static void table_discard(struct kvp_seq *s, uint32_t *t, uint32_t cap)
 /* Removes a locked, live sequence; unlocks it.  See the argument above. */
 static void seq_remove_locked(struct kvp_manager *m, struct kvp_seq *s)
 {
-	uint32_t tokens = seq_tokens(s);
+	uint32_t tokens = seq_tokens(s), n = s->nblocks;
 
 	atomic_store_explicit(&s->dead, true, memory_order_relaxed);
+	s->nblocks = 0;
 	seq_unlock(s);
+	kvp_rcu_read_lock();
 	if (!seqmap_remove(&m->map, s))
 		kvp_fatal("a live sequence was missing from its map");
-	release_blocks(m, s->blocks, s->nblocks);
-	kvp_free(s->blocks, (size_t)s->cap * sizeof(*s->blocks));
-	s->blocks = NULL;
+	kvp_rcu_read_unlock();
+	/* The table is ours: nobody reads a dead sequence's table, and the
+	 * struct is reused only after seq_retire(). */
+	release_blocks(m, s->blocks, n);
 	stat_add(m, frees, 1);
 	stat_add(m, sequences, -1);
 	stat_add(m, tokens, -(int64_t)tokens);
-	urcu_memb_call_rcu(&s->rcu, seq_reclaim);
+	seq_retire(s);
+}
+
+/*
+ * Makes the table of a dead, unpublished struct hold `need` entries.
+ * Returns 0 or -ENOMEM.
+ */
+static int table_reserve(struct kvp_seq *s, uint32_t need)
+{
+	uint32_t cap, *t;
+
+	if (need <= s->cap)
+		return 0;
+	t = table_for(s, need, &cap);
+	if (!t)
+		return -ENOMEM;
+	table_install(s, t, cap);
+	return 0;
+}
+
+/*
+ * Publishes s (dead, filled in) under its id; then brings it to life.
+ * Between the two, lookups find it dead and report -ENOENT: the create has
+ * not returned yet.  Returns false if the id is taken (s unpublished).
+ */
+static bool seq_publish(struct kvp_manager *m, struct kvp_seq *s)
+{
+	bool ok;
+
+	kvp_rcu_read_lock();
+	ok = seqmap_insert(&m->map, s);
+	kvp_rcu_read_unlock();
+	if (!ok)
+		return false;
+	seq_lock(s);
+	touch(s);
+	atomic_store_explicit(&s->dead, false, memory_order_relaxed);
+	seq_unlock(s);
+	return true;
+}
+
+/* Fills in a dead struct for a new sequence; under its lock, as lookup
+ * caches of other threads may be checking it. */
+static void seq_init(struct kvp_seq *s, uint64_t id, uint32_t tokens,
+		     uint32_t nblocks, int32_t priority)
+{
+	seq_lock(s);
+	s->id = id;
+	s->nblocks = nblocks;
+	seq_set_tokens(s, tokens);
+	atomic_store_explicit(&s->priority, priority, memory_order_relaxed);
+	atomic_store_explicit(&s->access_count, 0, memory_order_relaxed);
+	seq_unlock(s);
+}
+
+static bool seq_exists(struct kvp_manager *m, uint64_t id)
+{
+	bool found;
+
+	kvp_rcu_read_lock();
+	found = seqmap_lookup(&m->map, id) != NULL;
+	kvp_rcu_read_unlock();
+	return found;
 }
 
 KVP_API int kvp_seq_create(struct kvp_manager *m, uint64_t id,
@@ -251,46 +494,38 @@ KVP_API int kvp_seq_create(struct kvp_manager *m, uint64_t id,
 {
 	struct kvp_seq *s;
 	uint32_t nb;
-	int err = 0;
+	int err;
 
 	if (!m)
 		return -EINVAL;
 	nb = blocks_for(num_tokens, m->block_tokens);
 	if (nb > m->pool->num_blocks)
 		return -ENOSPC;
-	s = seq_alloc(nb);
+	if (seq_exists(m, id))
+		return -EEXIST;
+	s = seq_take(m);
 	if (!s)
 		return -ENOMEM;
-	s->id = id;
-	kvp_rcu_read_lock();
-	if (seqmap_lookup(&m->map, id)) {
-		err = -EEXIST;
-		goto fail;
-	}
-	if (nb) {
+	err = table_reserve(s, nb);
+	if (!err && nb)
 		err = kvp_pool_alloc(m->pool, nb, s->blocks);
-		if (err)
-			goto fail;
+	if (err) {
+		seq_retire(s);
+		return err;
 	}
-	s->nblocks = nb;
-	seq_set_tokens(s, num_tokens);
-	touch(m, s);
-	if (!seqmap_insert(&m->map, s)) {
+	seq_init(s, id, num_tokens, nb, 0);
+	if (!seq_publish(m, s)) {
 		if (nb)
 			(void)kvp_pool_free(m->pool, s->blocks, nb);
-		err = -EEXIST;
-		goto fail;
+		s->nblocks = 0;
+		seq_retire(s);
+		return -EEXIST;
 	}
-	kvp_rcu_read_unlock();
 	stat_add(m, creates, 1);
 	stat_add(m, sequences, 1);
 	stat_add(m, tokens, num_tokens);
 	stat_add(m, blocks_allocated, nb);
 	return 0;
-fail:
-	kvp_rcu_read_unlock();
-	seq_destroy(s);
-	return err;
 }
 
 /* Copies a block's data (a data-owning pool's side of copy-on-write). */
@@ -317,9 +552,12 @@ static int append_locked(struct kvp_manager *m, struct kvp_seq *s,
 	total = tokens + n;
 	nb = blocks_for(total, bt);
 	grow = nb - s->nblocks;
-	/* A shared, partially filled last block must be copied first. */
-	if (n && tokens % bt && kvp_block_refcount(m->pool,
-						   s->blocks[s->nblocks - 1]) > 1)
+	/* A shared, partially filled last block must be copied first.
+	 * Relaxed: see the argument at the top (the count can only fall). */
+	if (n && tokens % bt &&
+	    (atomic_load_explicit(&m->pool->state[s->blocks[s->nblocks - 1]],
+				  memory_order_relaxed) &
+	     KVP_ST_REFS_MASK) > 1)
 		cows = 1;
 	if (ncow)
 		*ncow = cows;
@@ -327,7 +565,7 @@ static int append_locked(struct kvp_manager *m, struct kvp_seq *s,
 		return -ENOSPC;
 	if (grow + cows == 0) {
 		seq_set_tokens(s, total);
-		touch(m, s);
+		touch(s);
 		return 0;
 	}
 	if (grow + cows > m->pool->num_blocks)
@@ -362,7 +600,7 @@ static int append_locked(struct kvp_manager *m, struct kvp_seq *s,
 	memcpy(s->blocks + s->nblocks, fresh + cows, grow * sizeof(*fresh));
 	s->nblocks = nb;
 	seq_set_tokens(s, total);
-	touch(m, s);
+	touch(s);
 	stat_add(m, blocks_allocated, grow + cows);
 out:
 	if (fresh != got)
@@ -381,18 +619,18 @@ KVP_API int kvp_seq_append(struct kvp_manager *m, uint64_t id,
 		return -EINVAL;
 	if (ncow)
 		*ncow = 0;
-	kvp_rcu_read_lock();
-	s = seq_get(m, id);
-	if (!s) {
-		kvp_rcu_read_unlock();
+	s = seq_acquire(m, id);
+	if (!s)
 		return -ENOENT;
-	}
 	err = append_locked(m, s, num_tokens, cow, cow_cap, ncow);
 	seq_unlock(s);
-	kvp_rcu_read_unlock();
 	if (!err) {
-		stat_add(m, appends, 1);
-		stat_add(m, tokens, num_tokens);
+		struct mgr_shard *sh = shard(m);
+
+		/* Relaxed: statistics. */
+		atomic_fetch_add_explicit(&sh->appends, 1, memory_order_relaxed);
+		atomic_fetch_add_explicit(&sh->tokens, num_tokens,
+					  memory_order_relaxed);
 	}
 	return err;
 }
@@ -400,65 +638,54 @@ KVP_API int kvp_seq_append(struct kvp_manager *m, uint64_t id,
 KVP_API int kvp_seq_fork(struct kvp_manager *m, uint64_t src, uint64_t dst)
 {
 	struct kvp_seq *s, *d;
-	uint32_t i = 0;
+	uint32_t i = 0, nb, tokens;
+	int32_t priority;
 	int err = 0;
 
 	if (!m)
 		return -EINVAL;
-	kvp_rcu_read_lock();
-	if (seqmap_lookup(&m->map, dst)) { /* dst == src lands here too */
-		kvp_rcu_read_unlock();
+	if (seq_exists(m, dst)) /* dst == src lands here too */
 		return -EEXIST;
-	}
-	s = seq_get(m, src);
+	d = seq_take(m);
+	if (!d)
+		return -ENOMEM;
+	s = seq_acquire(m, src);
 	if (!s) {
-		kvp_rcu_read_unlock();
+		seq_retire(d);
 		return -ENOENT;
 	}
-	d = seq_alloc(s->nblocks);
-	if (!d) {
-		err = -ENOMEM;
-		goto unlock;
-	}
-	d->id = dst;
-	for (i = 0; i < s->nblocks; i++) {
+	nb = s->nblocks;
+	err = table_reserve(d, nb);
+	for (i = 0; !err && i < nb; i++) {
 		err = kvp_block_ref(m->pool, s->blocks[i]);
 		if (err)
 			break;
 	}
 	if (err) {
-		/* Our own references only: safe to drop. */
+		/* The i references we took are ours alone: safe to drop. */
 		if (i)
 			(void)kvp_pool_free(m->pool, s->blocks, i);
-		seq_destroy(d);
-		goto unlock;
+		seq_unlock(s);
+		seq_retire(d);
+		return err;
 	}
-	memcpy(d->blocks, s->blocks, (size_t)s->nblocks * sizeof(*d->blocks));
-	d->nblocks = s->nblocks;
-	seq_set_tokens(d, seq_tokens(s));
-	atomic_store_explicit(
-		&d->priority,
-		atomic_load_explicit(&s->priority, memory_order_relaxed),
-		memory_order_relaxed);
-	touch(m, s);
-	touch(m, d);
+	memcpy(d->blocks, s->blocks, (size_t)nb * sizeof(*d->blocks));
+	tokens = seq_tokens(s);
+	priority = atomic_load_explicit(&s->priority, memory_order_relaxed);
+	touch(s);
 	seq_unlock(s);
-	if (!seqmap_insert(&m->map, d)) {
-		if (d->nblocks)
-			(void)kvp_pool_free(m->pool, d->blocks, d->nblocks);
-		kvp_rcu_read_unlock();
-		seq_destroy(d);
+	seq_init(d, dst, tokens, nb, priority);
+	if (!seq_publish(m, d)) {
+		if (nb)
+			(void)kvp_pool_free(m->pool, d->blocks, nb);
+		d->nblocks = 0;
+		seq_retire(d);
 		return -EEXIST;
 	}
-	kvp_rcu_read_unlock();
 	stat_add(m, forks, 1);
 	stat_add(m, sequences, 1);
-	stat_add(m, tokens, seq_tokens(d));
+	stat_add(m, tokens, tokens);
 	return 0;
-unlock:
-	seq_unlock(s);
-	kvp_rcu_read_unlock();
-	return err;
 }
 
 KVP_API int kvp_seq_free(struct kvp_manager *m, uint64_t id)
@@ -467,12 +694,11 @@ KVP_API int kvp_seq_free(struct kvp_manager *m, uint64_t id)
 
 	if (!m)
 		return -EINVAL;
-	kvp_rcu_read_lock();
-	s = seq_get(m, id);
-	if (s)
-		seq_remove_locked(m, s);
-	kvp_rcu_read_unlock();
-	return s ? 0 : -ENOENT;
+	s = seq_acquire(m, id);
+	if (!s)
+		return -ENOENT;
+	seq_remove_locked(m, s);
+	return 0;
 }
 
 KVP_API int kvp_seq_truncate(struct kvp_manager *m, uint64_t id,
@@ -484,12 +710,9 @@ KVP_API int kvp_seq_truncate(struct kvp_manager *m, uint64_t id,
 
 	if (!m)
 		return -EINVAL;
-	kvp_rcu_read_lock();
-	s = seq_get(m, id);
-	if (!s) {
-		kvp_rcu_read_unlock();
+	s = seq_acquire(m, id);
+	if (!s)
 		return -ENOENT;
-	}
 	tokens = seq_tokens(s);
 	if (num_tokens > tokens) {
 		err = -ERANGE;
@@ -498,10 +721,9 @@ KVP_API int kvp_seq_truncate(struct kvp_manager *m, uint64_t id,
 		release_blocks(m, s->blocks + nb, s->nblocks - nb);
 		s->nblocks = nb;
 		seq_set_tokens(s, num_tokens);
-		touch(m, s);
+		touch(s);
 	}
 	seq_unlock(s);
-	kvp_rcu_read_unlock();
 	if (!err)
 		stat_add(m, tokens, -(int64_t)(tokens - num_tokens));
 	return err;
@@ -517,12 +739,9 @@ KVP_API int kvp_seq_stream_trim(struct kvp_manager *m, uint64_t id,
 	if (!m)
 		return -EINVAL;
 	bt = m->block_tokens;
-	kvp_rcu_read_lock();
-	s = seq_get(m, id);
-	if (!s) {
-		kvp_rcu_read_unlock();
+	s = seq_acquire(m, id);
+	if (!s)
 		return -ENOENT;
-	}
 	tokens = seq_tokens(s);
 	/* Blocks [0, keep_head) hold the sinks; blocks from first_tail on
 	 * hold the window; the whole blocks between go. */
@@ -537,7 +756,6 @@ KVP_API int kvp_seq_stream_trim(struct kvp_manager *m, uint64_t id,
 			tmp = kvp_malloc(n * sizeof(*tmp));
 		if (!tmp) {
 			seq_unlock(s);
-			kvp_rcu_read_unlock();
 			return -ENOMEM;
 		}
 		memcpy(tmp, s->blocks + keep_head, n * sizeof(*tmp));
@@ -550,9 +768,8 @@ KVP_API int kvp_seq_stream_trim(struct kvp_manager *m, uint64_t id,
 		if (tmp != freed)
 			kvp_free(tmp, n * sizeof(*tmp));
 	}
-	touch(m, s);
+	touch(s);
 	seq_unlock(s);
-	kvp_rcu_read_unlock();
 	stat_add(m, tokens, -(int64_t)gone);
 	if (evicted_tokens)
 		*evicted_tokens = gone;
@@ -566,14 +783,12 @@ KVP_API int kvp_seq_set_priority(struct kvp_manager *m, uint64_t id,
 
 	if (!m)
 		return -EINVAL;
-	kvp_rcu_read_lock();
-	s = seq_get(m, id);
+	s = seq_acquire(m, id);
 	if (s) {
 		atomic_store_explicit(&s->priority, priority,
 				      memory_order_relaxed);
 		seq_unlock(s);
 	}
-	kvp_rcu_read_unlock();
 	return s ? 0 : -ENOENT;
 }
 
@@ -584,8 +799,7 @@ KVP_API int kvp_seq_info(struct kvp_manager *m, uint64_t id,
 
 	if (!m || !info)
 		return -EINVAL;
-	kvp_rcu_read_lock();
-	s = seq_get(m, id);
+	s = seq_acquire(m, id);
 	if (s) {
 		info->num_tokens = seq_tokens(s);
 		info->num_blocks = s->nblocks;
@@ -597,7 +811,6 @@ KVP_API int kvp_seq_info(struct kvp_manager *m, uint64_t id,
 			atomic_load_explicit(&s->priority, memory_order_relaxed);
 		seq_unlock(s);
 	}
-	kvp_rcu_read_unlock();
 	return s ? 0 : -ENOENT;
 }
 
@@ -609,19 +822,15 @@ KVP_API int kvp_seq_blocks(struct kvp_manager *m, uint64_t id, uint32_t *ids,
 
 	if (!m || !n || (!ids && cap))
 		return -EINVAL;
-	kvp_rcu_read_lock();
-	s = seq_get(m, id);
-	if (!s) {
-		kvp_rcu_read_unlock();
+	s = seq_acquire(m, id);
+	if (!s)
 		return -ENOENT;
-	}
 	*n = s->nblocks;
 	if (s->nblocks > cap)
 		err = -ENOSPC;
 	else if (s->nblocks)
 		memcpy(ids, s->blocks, s->nblocks * sizeof(*ids));
 	seq_unlock(s);
-	kvp_rcu_read_unlock();
 	return err;
 }
 
@@ -802,6 +1011,11 @@ KVP_API int kvp_manager_create(const struct kvp_manager_config *cfg,
 		return err;
 	}
 	pool = cfg->pool;
+	m->uid = tcache_next_uid();
+	atomic_init(&m->all_seqs, NULL);
+	atomic_init(&m->free_seqs, NULL);
+	atomic_init(&m->retired, NULL);
+	atomic_init(&m->nretired, 0);
 	m->pool = kvp_pool_ref(pool);
 	m->block_tokens = pool->block_tokens;
 	m->policy = cfg->policy;
@@ -822,7 +1036,7 @@ KVP_API int kvp_manager_create(const struct kvp_manager_config *cfg,
 KVP_API void kvp_manager_destroy(struct kvp_manager *m)
 {
 	struct seqmap_iter iter;
-	struct kvp_seq *s;
+	struct kvp_seq *s, *next;
 	struct kvp_manager **pp;
 	struct kvp_pool *pool;
 
@@ -838,9 +1052,16 @@ KVP_API void kvp_manager_destroy(struct kvp_manager *m)
 			seq_remove_locked(m, s);
 	}
 	kvp_rcu_read_unlock();
-	/* Every sequence's node must be reclaimed before the map goes. */
+	/* Every removed struct must be recycled before the map goes. */
+	retire_flush(m);
 	kvp_rcu_barrier();
 	seqmap_fini(&m->map);
+	for (s = atomic_load_explicit(&m->all_seqs, memory_order_acquire); s;
+	     s = next) {
+		next = s->all_next;
+		kvp_free(s->blocks, table_bytes(s->cap));
+		kvp_free_aligned(s, KVP_CACHELINE, sizeof(*s));
+	}
 
 	pool = m->pool;
 	kvp_check_pthread(pthread_mutex_lock(&pool->mgr_lock));

@@ -15,15 +15,33 @@
 #include "pool.h"
 #include "seqmap.h"
 
+/*
+ * A sequence.  Its struct is type-stable: it belongs to one manager, is
+ * recycled through the manager's free list (after an RCU grace period, so
+ * no map reader sees a reused node) and freed only when the manager is
+ * destroyed.  So a stale pointer to it (a thread's lookup cache) is always
+ * safe to lock and check: `dead` or another id means a miss.
+ */
 struct kvp_seq {
 	struct cds_lfht_node node; /* seqmap */
-	uint64_t id;		   /* immutable */
 	struct rcu_head rcu;
+	struct kvp_manager *mgr; /* immutable */
+	struct kvp_seq *all_next; /* immutable: the manager's list of structs */
+	/* The manager's free list.  Synchronization: see seq_take(). */
+	_Atomic(struct kvp_seq *) free_next;
+	/* The manager's retire list, then the batch handed to call_rcu.
+	 * Synchronization: see seq_retire(). */
+	struct kvp_seq *retire_next;
+	/* Written only while the struct is unpublished, under lock; read
+	 * under lock or by map readers of a published node. */
+	uint64_t id;
 	/* Serialises every mutation and consistent read of the sequence. */
 	_Atomic uint32_t lock;
-	/* Set once, under lock, by the free that removes the sequence; a
-	 * locker that sees it treats the sequence as unknown.  Eviction
-	 * scans read it relaxed. */
+	/* True while the struct holds no live sequence: set under lock by
+	 * the free that removes it (only the thread that flips it goes on),
+	 * cleared under lock once a create has published it.  A locker that
+	 * sees it treats the sequence as unknown; eviction scans read it
+	 * relaxed. */
 	_Atomic bool dead;
 	uint32_t nblocks, cap; /* lock */
 	uint32_t *blocks;      /* lock: blocks[0..nblocks), capacity cap */
@@ -44,6 +62,7 @@ struct mgr_shard {
 
 struct kvp_manager {
 	/* Read-only after creation. */
+	uint64_t uid; /* unique per process: keys the lookup caches */
 	struct kvp_pool *pool; /* a reference of ours */
 	uint32_t block_tokens;
 	enum kvp_policy policy;
@@ -52,8 +71,17 @@ struct kvp_manager {
 	struct seqmap map;
 	/* The pool's manager list.  Synchronization: pool->mgr_lock. */
 	struct kvp_manager *pool_next;
-	/* Logical clock of accesses.  Synchronization: atomic RMW. */
-	kvp_cacheline_aligned _Atomic uint64_t clock;
+	/* Every sequence struct of the manager: push-only (CAS), freed at
+	 * destruction. */
+	_Atomic(struct kvp_seq *) all_seqs;
+	/* Recycled structs: a Treiber stack, pushed by RCU callbacks, popped
+	 * inside read-side sections (which rules out ABA: a popped struct
+	 * comes back only after a grace period). */
+	kvp_cacheline_aligned _Atomic(struct kvp_seq *) free_seqs;
+	/* Removed structs waiting for a batch grace period: push-only (CAS),
+	 * detached whole (exchange) every KVP_RETIRE_BATCH pushes. */
+	kvp_cacheline_aligned _Atomic(struct kvp_seq *) retired;
+	_Atomic uint32_t nretired;
 	struct mgr_shard shards[KVP_MGR_SHARDS];
 };
 
@@ -82,10 +110,11 @@ static inline void seq_unlock(struct kvp_seq *s)
 }
 
 /*
- * Inside an RCU read-side section: finds sequence id and returns it
- * locked, or NULL if it is unknown or being freed.
+ * Finds sequence id and returns it locked, or NULL if it is unknown or
+ * being freed.  The caller needs no RCU section: the struct is type-stable
+ * and the lock keeps it alive.
  */
-struct kvp_seq *seq_get(struct kvp_manager *m, uint64_t id);
+struct kvp_seq *seq_acquire(struct kvp_manager *m, uint64_t id);
 
 static inline uint32_t blocks_for(uint32_t tokens, uint32_t block_tokens)
 {

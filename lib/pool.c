@@ -479,6 +479,22 @@ static __attribute__((noinline)) int check_multiplicity(struct kvp_pool *pool, c
 		if (state_held(atomic_load_explicit(&pool->state[ids[i]],
 						    memory_order_relaxed)))
 			buf[m++] = ids[i];
+	if (m <= KVP_ARRAY_SIZE(local)) {
+		/* Few ids (a forked sequence's table): count each id's
+		 * occurrences directly, no sort. */
+		for (uint32_t i = 0; i < m && !err; i++) {
+			uint32_t k = 1;
+
+			for (uint32_t j = i + 1; j < m; j++)
+				k += buf[j] == buf[i];
+			if (k > 1 && (atomic_load_explicit(
+					      &pool->state[buf[i]],
+					      memory_order_relaxed) &
+				      KVP_ST_REFS_MASK) < k)
+				err = -EALREADY;
+		}
+		goto out;
+	}
 	qsort(buf, m, sizeof(*buf), cmp_u32);
 	for (uint32_t i = 0, j; i < m && !err; i = j) {
 		for (j = i + 1; j < m && buf[j] == buf[i]; j++)
@@ -488,6 +504,7 @@ static __attribute__((noinline)) int check_multiplicity(struct kvp_pool *pool, c
 				  KVP_ST_REFS_MASK) < j - i)
 			err = -EALREADY;
 	}
+out:
 	if (buf != local)
 		kvp_free(buf, shared * sizeof(*buf));
 	return err;

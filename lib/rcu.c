@@ -13,6 +13,7 @@
 #include "rcu.h"
 
 char kvp_rcu_tsan_sync;
+char kvp_rcu_tsan_barrier;
 
 static pthread_key_t unregister_key;
 static pthread_once_t key_once = PTHREAD_ONCE_INIT;
@@ -62,4 +63,6 @@ void kvp_rcu_barrier(void)
 	if (unlikely(!registered))
 		register_thread();
 	urcu_memb_barrier();
+	/* Every callback's work happens before what follows the barrier. */
+	kvp_tsan_acquire(&kvp_rcu_tsan_barrier);
 }

@@ -24,6 +24,8 @@ void kvp_rcu_barrier(void);
 
 /* Every reader releases this at read-unlock; reclaimers acquire it. */
 extern char kvp_rcu_tsan_sync;
+/* Every callback releases this when done; kvp_rcu_barrier acquires it. */
+extern char kvp_rcu_tsan_barrier;
 
 static inline void kvp_rcu_publish(const void *node)
 {
@@ -38,6 +40,11 @@ static inline void kvp_rcu_found(const void *node)
 static inline void kvp_rcu_reclaim(void)
 {
 	kvp_tsan_acquire(&kvp_rcu_tsan_sync);
+}
+
+static inline void kvp_rcu_callback_done(void)
+{
+	kvp_tsan_release(&kvp_rcu_tsan_barrier);
 }
 
 #endif /* KVP_RCU_H */

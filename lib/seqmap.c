@@ -29,6 +29,9 @@ static int seq_match(struct cds_lfht_node *node, const void *key)
 {
 	const struct kvp_seq *s = caa_container_of(node, struct kvp_seq, node);
 
+	/* The traversal reached a published node: its key is initialised
+	 * (pairs with kvp_rcu_publish() in seqmap_insert). */
+	kvp_rcu_found(s);
 	return s->id == *(const uint64_t *)key;
 }
 
