@@ -366,7 +366,8 @@ KVP_API int kvp_seq_info(struct kvp_manager *m, uint64_t seq,
 KVP_API int kvp_seq_blocks(struct kvp_manager *m, uint64_t seq, uint32_t *ids,
 			   uint32_t cap, uint32_t *n);
 
-/* kvp_admit results (vLLM's block manager, with the watermark): */
+/* kvp_admit results (vLLM's block manager, with watermark blocks =
+ * watermark * total rounded down; 0.01f of 100 blocks is 1 block): */
 #define KVP_ADMIT_OK 0    /* free - required >= watermark blocks */
 #define KVP_ADMIT_LATER 1 /* not now; would fit an emptier pool */
 #define KVP_ADMIT_NEVER 2 /* total - required < watermark blocks */

@@ -847,6 +847,16 @@ static void pool_usage(struct kvp_pool *pool, uint64_t *used, uint64_t *total)
 	*total = st.total;
 }
 
+/*
+ * fraction * total in blocks.  Fractions arrive as floats, and 0.01f is
+ * 0.0099999998: scaled by 1 + 2^-22 (two float ulps), 0.01f of 100 blocks
+ * counts as 1 block, as 0.01 does in vLLM's double arithmetic.
+ */
+static double frac_of(float fraction, uint64_t total)
+{
+	return (double)fraction * (double)total * (1.0 + 0x1p-22);
+}
+
 KVP_API int kvp_admit(struct kvp_manager *m, uint32_t num_tokens)
 {
 	uint64_t used, total, free_blocks, required, watermark;
@@ -856,7 +866,7 @@ KVP_API int kvp_admit(struct kvp_manager *m, uint32_t num_tokens)
 	pool_usage(m->pool, &used, &total);
 	free_blocks = total - used;
 	required = blocks_for(num_tokens, m->block_tokens);
-	watermark = (uint64_t)((double)m->watermark * (double)total);
+	watermark = (uint64_t)frac_of(m->watermark, total); /* rounded down */
 	if (total < required + watermark)
 		return KVP_ADMIT_NEVER;
 	if (free_blocks >= required + watermark)
@@ -961,7 +971,7 @@ KVP_API int kvp_evict_until(struct kvp_manager *m, float target_util,
 	*n = 0;
 	for (;;) {
 		pool_usage(m->pool, &used, &total);
-		if ((double)used <= (double)target_util * (double)total)
+		if ((double)used <= frac_of(target_util, total))
 			return 0;
 		if (*n == cap || evict_one(m, &victims[*n]) != 0)
 			return KVP_EVICT_PARTIAL;
