@@ -334,7 +334,8 @@ KVP_API int kvp_seq_truncate(struct kvp_manager *m, uint64_t seq,
  * (the attention sinks) and the blocks holding the last window_tokens
  * tokens, and frees the whole blocks between.  The sequence's token count
  * drops by the tokens freed, reported in *evicted_tokens (may be NULL;
- * always a multiple of block_tokens).  Errors: -EINVAL, -ENOENT.
+ * always a multiple of block_tokens).  The partially filled last block is
+ * always kept (window_tokens 0 keeps it too).  Errors: -EINVAL, -ENOENT.
  */
 KVP_API int kvp_seq_stream_trim(struct kvp_manager *m, uint64_t seq,
 				uint32_t sink_tokens, uint32_t window_tokens,
@@ -409,8 +410,11 @@ struct kvp_stats {
 	uint64_t forks;		  /* kvp_seq_fork successes */
 	uint64_t evictions;	  /* sequences evicted */
 	uint64_t cow_copies;	  /* copy-on-write copies reported */
-	uint64_t blocks_allocated; /* by this manager */
-	uint64_t blocks_released;  /* references dropped by this manager */
+	uint64_t blocks_allocated; /* blocks this manager took from the pool */
+	/* Block references this manager dropped (frees, rollbacks, trims,
+	 * copy-on-write); forks take references without allocating, so at
+	 * quiescence released = allocated + references forks took. */
+	uint64_t blocks_released;
 	uint64_t blocks_used;	  /* pool-wide used blocks (all managers) */
 	uint64_t blocks_total;	  /* pool size */
 	uint64_t bytes_per_block; /* 0 for an ID-only pool */

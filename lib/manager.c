@@ -468,11 +468,12 @@ static bool seq_publish(struct kvp_manager *m, struct kvp_seq *s)
 /* Fills in a dead struct for a new sequence; under its lock, as lookup
  * caches of other threads may be checking it. */
 static void seq_init(struct kvp_seq *s, uint64_t id, uint32_t tokens,
-		     uint32_t nblocks, int32_t priority)
+		     uint32_t nblocks, int32_t priority, bool tail_shared)
 {
 	seq_lock(s);
 	s->id = id;
 	s->nblocks = nblocks;
+	s->tail_shared = tail_shared;
 	seq_set_tokens(s, tokens);
 	atomic_store_explicit(&s->priority, priority, memory_order_relaxed);
 	atomic_store_explicit(&s->access_count, 0, memory_order_relaxed);
@@ -513,7 +514,7 @@ KVP_API int kvp_seq_create(struct kvp_manager *m, uint64_t id,
 		seq_retire(s);
 		return err;
 	}
-	seq_init(s, id, num_tokens, nb, 0);
+	seq_init(s, id, num_tokens, nb, 0, false);
 	if (!seq_publish(m, s)) {
 		if (nb)
 			(void)kvp_pool_free(m->pool, s->blocks, nb);
@@ -554,11 +555,15 @@ static int append_locked(struct kvp_manager *m, struct kvp_seq *s,
 	grow = nb - s->nblocks;
 	/* A shared, partially filled last block must be copied first.
 	 * Relaxed: see the argument at the top (the count can only fall). */
-	if (n && tokens % bt &&
-	    (atomic_load_explicit(&m->pool->state[s->blocks[s->nblocks - 1]],
-				  memory_order_relaxed) &
-	     KVP_ST_REFS_MASK) > 1)
-		cows = 1;
+	if (n && tokens % bt && s->tail_shared) {
+		if ((atomic_load_explicit(
+			     &m->pool->state[s->blocks[s->nblocks - 1]],
+			     memory_order_relaxed) &
+		     KVP_ST_REFS_MASK) > 1)
+			cows = 1;
+		else
+			s->tail_shared = false; /* the other holders left */
+	}
 	if (ncow)
 		*ncow = cows;
 	if (cows > cow_cap)
@@ -599,6 +604,7 @@ static int append_locked(struct kvp_manager *m, struct kvp_seq *s,
 	}
 	memcpy(s->blocks + s->nblocks, fresh + cows, grow * sizeof(*fresh));
 	s->nblocks = nb;
+	s->tail_shared = false; /* a fresh tail, or a private copy */
 	seq_set_tokens(s, total);
 	touch(s);
 	stat_add(m, blocks_allocated, grow + cows);
@@ -672,9 +678,10 @@ KVP_API int kvp_seq_fork(struct kvp_manager *m, uint64_t src, uint64_t dst)
 	memcpy(d->blocks, s->blocks, (size_t)nb * sizeof(*d->blocks));
 	tokens = seq_tokens(s);
 	priority = atomic_load_explicit(&s->priority, memory_order_relaxed);
+	s->tail_shared = true;
 	touch(s);
 	seq_unlock(s);
-	seq_init(d, dst, tokens, nb, priority);
+	seq_init(d, dst, tokens, nb, priority, true);
 	if (!seq_publish(m, d)) {
 		if (nb)
 			(void)kvp_pool_free(m->pool, d->blocks, nb);
@@ -720,6 +727,8 @@ KVP_API int kvp_seq_truncate(struct kvp_manager *m, uint64_t id,
 		nb = blocks_for(num_tokens, m->block_tokens);
 		release_blocks(m, s->blocks + nb, s->nblocks - nb);
 		s->nblocks = nb;
+		/* The new last block may be one a fork shares. */
+		s->tail_shared = true;
 		seq_set_tokens(s, num_tokens);
 		touch(s);
 	}
@@ -762,6 +771,7 @@ KVP_API int kvp_seq_stream_trim(struct kvp_manager *m, uint64_t id,
 		memmove(s->blocks + keep_head, s->blocks + first_tail,
 			(s->nblocks - first_tail) * sizeof(*s->blocks));
 		s->nblocks -= n;
+		s->tail_shared = true; /* conservative, as for truncate */
 		gone = n * bt;
 		seq_set_tokens(s, tokens - gone);
 		release_blocks(m, tmp, n);

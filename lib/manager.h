@@ -44,6 +44,11 @@ struct kvp_seq {
 	 * relaxed. */
 	_Atomic bool dead;
 	uint32_t nblocks, cap; /* lock */
+	/* The last block may be shared (a fork or a rollback happened since
+	 * it was allocated): append must check its count for copy-on-write.
+	 * False means it is ours alone, and saves a read of a state word
+	 * other threads write.  lock. */
+	bool tail_shared;
 	uint32_t *blocks;      /* lock: blocks[0..nblocks), capacity cap */
 	/* Written under lock; eviction scans and stats read them relaxed. */
 	_Atomic uint32_t num_tokens;
