@@ -57,7 +57,7 @@
 /* ------------------------------------------------------------------ */
 
 static _Atomic unsigned next_shard;
-static __thread unsigned my_shard; /* 1 + index, 0 = unassigned */
+static KVP_TLS unsigned my_shard; /* 1 + index, 0 = unassigned */
 
 static struct mgr_shard *shard(struct kvp_manager *m)
 {
@@ -102,7 +102,7 @@ static uint64_t stat_sum(struct kvp_manager *m, size_t offset)
 #define KVP_TICK_BATCH 256
 #define KVP_TICK_SKEW (4 * KVP_TICK_BATCH)
 static _Atomic uint64_t clock_base = 1; /* atomic */
-static __thread uint64_t tick_next, tick_end; /* owner thread only */
+static KVP_TLS uint64_t tick_next, tick_end; /* owner thread only */
 
 static uint64_t tick(void)
 {
@@ -279,7 +279,7 @@ struct seq_cache_entry {
 	uint64_t muid, id;
 	struct kvp_seq *s;
 };
-static __thread struct seq_cache_entry *seq_cache; /* owner thread */
+static KVP_TLS struct seq_cache_entry *seq_cache; /* owner thread */
 static pthread_key_t seq_cache_key;
 static pthread_once_t seq_cache_once = PTHREAD_ONCE_INIT;
 

@@ -17,7 +17,7 @@ char kvp_rcu_tsan_barrier;
 
 static pthread_key_t unregister_key;
 static pthread_once_t key_once = PTHREAD_ONCE_INIT;
-static __thread bool registered; /* owner thread only */
+static KVP_TLS bool registered; /* owner thread only */
 
 static void unregister_thread(void *arg)
 {

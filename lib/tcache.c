@@ -60,7 +60,7 @@
 #include "tsan.h"
 
 bool tcache_membarrier_ok;
-__thread struct tcache_tls_last tcache_last;
+KVP_TLS struct tcache_tls_last tcache_last;
 
 struct tcache_record {
 	struct kvp_pool *pool;
@@ -74,7 +74,7 @@ struct tcache_thread {
 	uint32_t n, cap;
 	bool registered; /* exit destructor armed */
 };
-static __thread struct tcache_thread self;
+static KVP_TLS struct tcache_thread self;
 
 /* Guards the live-pool list and cache ownership (attach, orphan, adopt). */
 static pthread_mutex_t tcache_global_lock = PTHREAD_MUTEX_INITIALIZER;

@@ -71,7 +71,7 @@ struct tcache_tls_last {
 	uint64_t uid;
 	struct tcache *tc;
 };
-extern __thread struct tcache_tls_last tcache_last;
+extern KVP_TLS struct tcache_tls_last tcache_last;
 
 static inline struct tcache *tcache_get(struct kvp_pool *pool)
 {

@@ -1,0 +1,1639 @@
+/*
+ * bench_seq.c - sequence manager benchmark: kvpool against a mutex manager.
+ *
+ * WHAT IS MEASURED
+ *
+ * Two sequence managers keep seq_id (uint64) -> sequence {token count, block
+ * table, last access, access count} over a pool of blocks (16 tokens each)
+ * and are driven by the same loops in 1..T threads:
+ *
+ *   kvpool          kvp_manager_create() over an ID-only kvp_pool_create()
+ *                   pool (automatic per-thread caches): an RCU lock-free
+ *                   hash map, one small lock per sequence, the lock-free
+ *                   block pool.
+ *   mutex-hashmap   the same manager design with ONE global pthread mutex
+ *                   around (a) a plain open-addressing hash map (linear
+ *                   probing, backward-shift deletion, no tombstones) of
+ *                   seq id -> sequence and (b) an array stack of free block
+ *                   ids with a per-block refcount array: create / append
+ *                   (with copy-on-write of a shared, partially filled last
+ *                   block, reported like kvp_seq_append) / fork (refcount++
+ *                   on every block) / free (refcount-- on every block, last
+ *                   first; a block reaching 0 goes back on the free list).
+ *                   This is the design kvpool replaces (a mutex-wrapped
+ *                   vLLM-style block manager).  It is written to be fair:
+ *                   the hash map is sized up front (it never grows during a
+ *                   measurement), the lock shares its cache line with the
+ *                   map's and the free list's counters, block tables grow
+ *                   by doubling, and the host memory of a sequence is
+ *                   malloc()ed before and free()d after the critical
+ *                   section; everything else runs under the one mutex.
+ *                   Its operations are out-of-line calls, like kvpool's.
+ *
+ * Workloads (each thread works on its own disjoint set of sequences; ids
+ * never collide between threads):
+ *
+ *   decode   each thread owns S sequences (S = --seqs / threads, default
+ *            1024 running sequences in all).  A step appends 1 token to
+ *            each of them in turn (kvp_seq_append(m, id, 1, cow, 1, &ncow),
+ *            which must report no copy); a sequence that reaches 2048
+ *            tokens is freed and created again with the prompt of P tokens
+ *            (--prompt, default 100), so the pool's use stays bounded.  To
+ *            reach the steady state at once, sequence j of S starts at
+ *            P + j * (2048 - P) / S tokens (as if it had been decoding for
+ *            a while), so frees and re-creations are spread evenly over
+ *            time instead of happening all at once.  One op = one append
+ *            (the occasional free + create is part of its cost).
+ *   fork     each thread owns S source sequences of P tokens and in turn
+ *            forks one of them to a fresh id, appends 1 token to the fork
+ *            (P % 16 != 0, so the shared partial last block is copied: the
+ *            call must report exactly that one copy) and frees the fork.
+ *            One op = one fork + append + free cycle.
+ *
+ * Every call is checked (the program aborts with a message if one returns
+ * non-zero or reports an unexpected copy).  After every measurement the
+ * threads free all their sequences and the run is verified: for kvpool
+ * kvp_manager_check() == 0, no sequence left and pool free == total (and
+ * the manager's counters match the calls made), for the mutex manager an
+ * empty map, a full free list and every refcount 0.
+ *
+ * One measurement: a fresh pool and manager are made, threads create their
+ * sequences and warm up, then wait on a barrier; time runs
+ * (CLOCK_MONOTONIC) from the barrier's release until the last thread has
+ * seen the stop flag, which the main thread sets after --seconds S.  Ops of
+ * all threads are summed.  Each cell (workload, peer, threads) is measured
+ * --reps R times, the two peers interleaved within each repetition, and the
+ * MEDIAN is reported.
+ *
+ * HOW TO READ THE TABLE
+ *
+ *   Mops/s        ops per second, all threads together (millions): appends
+ *                 for decode, fork+append+free cycles for fork.
+ *   ns/op/thr     threads * 1e3 / Mops: the wall time one thread spends per
+ *                 op (for decode: per sequence per step).  With more
+ *                 threads than cores (8 on a 2-core box) it includes time
+ *                 spent descheduled.
+ *   others        the largest share of the machine's CPU that OTHER
+ *                 processes took during one of the cell's measurements
+ *                 (from /proc/stat minus this process's CPU time).  Above
+ *                 10% the cell is marked '!': rerun on an idle machine
+ *                 before trusting it (a mutex whose two threads share one
+ *                 core never contends).
+ *   x mutex       (kvpool rows) kvpool Mops / mutex-hashmap Mops.
+ *
+ * The "targets" section then prints PASS/FAIL for the design goals:
+ *   (1) decode, 2 threads: kvpool throughput >= 5x the mutex manager's;
+ *   (2) decode, 1 thread: kvpool <= 150 ns per append (per sequence).
+ * The exit status is 0 whether or not a target passes: this is a benchmark.
+ *
+ * Options: --threads 1,2,8  --seconds 0.3  --reps 5  --seqs 1024
+ * --prompt 100  --csv FILE.  The defaults (12 cells x 5 reps x 0.3 s plus
+ * set-up) take about 25 s.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <kvpool.h>
+
+/* ------------------------------------------------------------ parameters */
+
+#define BLOCK_TOKENS 16u
+#define MAX_TOKENS 2048u /* a decoding sequence is recycled at this length */
+#define WARMUP_DECODE 4096u /* appends per thread before the barrier */
+#define WARMUP_FORK 512u    /* fork cycles per thread before the barrier */
+#define MAX_THREADS 256
+#define MAX_REPS 1000
+#define MAX_SEQS (1u << 20)
+#define CACHE_LINE 64
+
+#define DEFAULT_SECONDS 0.3
+#define DEFAULT_REPS 5
+#define DEFAULT_SEQS 1024u
+#define DEFAULT_PROMPT 100u
+
+/* Sequence ids: thread t owns (t + 1) << 40 | j for its sequences j and
+ * (t + 1) << 40 | FORK_BIT | k for its forks k = 0, 1, ... */
+#define ID_SHIFT 40
+#define FORK_BIT (1ull << 39)
+
+enum workload { WL_DECODE, WL_FORK, NUM_WL };
+static const char *const wl_name[NUM_WL] = {"decode", "fork"};
+static const char *const wl_unit[NUM_WL] = {"appends", "fork+append+free"};
+
+enum peer { P_KVPOOL, P_MUTEX, NUM_PEERS };
+static const char *const peer_name[NUM_PEERS] = {"kvpool", "mutex-hashmap"};
+
+struct opts {
+	unsigned threads[MAX_THREADS];
+	unsigned nthreads_list;
+	double seconds;
+	unsigned reps;
+	uint32_t seqs;
+	uint32_t prompt;
+	const char *csv;
+};
+
+/* --------------------------------------------------------------- helpers */
+
+__attribute__((noreturn, cold, format(printf, 1, 2))) static void
+die(const char *fmt, ...)
+{
+	va_list ap;
+
+	fflush(stdout);
+	fputs("bench_seq: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	abort();
+}
+
+static int64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void sleep_seconds(double s)
+{
+	struct timespec ts;
+	int64_t deadline;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	deadline = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec +
+		   (int64_t)(s * 1e9);
+	ts.tv_sec = deadline / 1000000000;
+	ts.tv_nsec = deadline % 1000000000;
+	while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) ==
+	       EINTR)
+		;
+}
+
+static void atomic_min_i64(_Atomic int64_t *a, int64_t v)
+{
+	int64_t cur = atomic_load_explicit(a, memory_order_relaxed);
+
+	while (v < cur && !atomic_compare_exchange_weak_explicit(
+				  a, &cur, v, memory_order_relaxed,
+				  memory_order_relaxed))
+		;
+}
+
+static void atomic_max_i64(_Atomic int64_t *a, int64_t v)
+{
+	int64_t cur = atomic_load_explicit(a, memory_order_relaxed);
+
+	while (v > cur && !atomic_compare_exchange_weak_explicit(
+				  a, &cur, v, memory_order_relaxed,
+				  memory_order_relaxed))
+		;
+}
+
+static void *xcalloc(size_t n, size_t size)
+{
+	void *p = calloc(n, size);
+
+	if (!p)
+		die("out of memory");
+	return p;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+static double median(const double *v, unsigned n)
+{
+	double *s = xcalloc(n, sizeof(*s));
+	double m;
+
+	memcpy(s, v, n * sizeof(*s));
+	qsort(s, n, sizeof(*s), cmp_double);
+	m = n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
+	free(s);
+	return m;
+}
+
+static inline uint32_t ceil_div(uint64_t a, uint32_t b)
+{
+	return (uint32_t)((a + b - 1) / b);
+}
+
+/* ------------------------------------------- peer: mutex + plain hash map */
+
+/* Initial block-table capacity of a sequence (grows by doubling). */
+#define MM_MIN_CAP 16u
+
+struct mm_seq {
+	uint64_t id;
+	uint32_t num_tokens;
+	uint32_t nblocks; /* blocks[0..nblocks) */
+	uint32_t cap;	  /* capacity of blocks[] */
+	uint64_t last_access;
+	uint64_t access_count;
+	uint32_t *blocks;
+};
+
+struct mm_slot {
+	uint64_t key;
+	struct mm_seq *seq; /* NULL = empty slot */
+};
+
+/* Everything below `lock` is protected by it; the hot counters share its
+ * cache line, so a critical section moves as few lines as possible. */
+struct mutex_mgr {
+	_Alignas(CACHE_LINE) pthread_mutex_t lock;
+	uint64_t mask;	/* map capacity - 1 (a power of two) */
+	uint64_t count; /* sequences in the map */
+	uint64_t clock; /* logical access clock */
+	uint32_t top;	/* free block ids in stack[0..top) */
+	uint32_t nblocks;
+	uint32_t block_tokens;
+	struct mm_slot *slots;
+	uint32_t *stack;  /* free block ids */
+	uint32_t *refcnt; /* per block, 0 = free */
+};
+
+static inline uint64_t mm_hash(uint64_t x)
+{
+	/* murmur3's 64-bit finaliser: a full-avalanche mix of the id. */
+	x ^= x >> 33;
+	x *= 0xff51afd7ed558ccdull;
+	x ^= x >> 33;
+	x *= 0xc4ceb9fe1a85ec53ull;
+	x ^= x >> 33;
+	return x;
+}
+
+/* The slot holding key, or the empty slot where it would go (*found
+ * tells which).  Lock held. */
+static inline uint64_t mm_probe(const struct mutex_mgr *m, uint64_t key,
+				bool *found)
+{
+	uint64_t i = mm_hash(key) & m->mask;
+
+	for (;;) {
+		const struct mm_slot *s = &m->slots[i];
+
+		if (!s->seq) {
+			*found = false;
+			return i;
+		}
+		if (s->key == key) {
+			*found = true;
+			return i;
+		}
+		i = (i + 1) & m->mask;
+	}
+}
+
+static inline struct mm_seq *mm_lookup(const struct mutex_mgr *m,
+				       uint64_t key)
+{
+	bool found;
+	uint64_t i = mm_probe(m, key, &found);
+
+	return found ? m->slots[i].seq : NULL;
+}
+
+/* Doubles the map.  Lock held.  Never happens during a measurement (the
+ * map is sized up front) but keeps the peer a complete implementation. */
+static int mm_grow(struct mutex_mgr *m)
+{
+	uint64_t ncap = (m->mask + 1) * 2, nmask = ncap - 1;
+	struct mm_slot *ns = calloc(ncap, sizeof(*ns));
+
+	if (!ns)
+		return -ENOMEM;
+	for (uint64_t i = 0; i <= m->mask; i++) {
+		uint64_t j;
+
+		if (!m->slots[i].seq)
+			continue;
+		j = mm_hash(m->slots[i].key) & nmask;
+		while (ns[j].seq)
+			j = (j + 1) & nmask;
+		ns[j] = m->slots[i];
+	}
+	free(m->slots);
+	m->slots = ns;
+	m->mask = nmask;
+	return 0;
+}
+
+/* Removes slot i by backward-shift deletion.  Lock held. */
+static inline void mm_erase(struct mutex_mgr *m, uint64_t i)
+{
+	uint64_t j = i;
+
+	for (;;) {
+		uint64_t k;
+
+		j = (j + 1) & m->mask;
+		if (!m->slots[j].seq)
+			break;
+		k = mm_hash(m->slots[j].key) & m->mask; /* home of slot j */
+		/* Slot j may move to i unless its home lies cyclically in
+		 * (i, j]. */
+		if (i <= j ? (k <= i || k > j) : (k <= i && k > j)) {
+			m->slots[i] = m->slots[j];
+			i = j;
+		}
+	}
+	m->slots[i].seq = NULL;
+	m->count--;
+}
+
+static inline uint32_t mm_pop_block(struct mutex_mgr *m)
+{
+	uint32_t id = m->stack[--m->top];
+
+	m->refcnt[id] = 1;
+	return id;
+}
+
+static inline void mm_put_block(struct mutex_mgr *m, uint32_t id)
+{
+	if (--m->refcnt[id] == 0)
+		m->stack[m->top++] = id;
+}
+
+static struct mm_seq *mm_seq_new(uint32_t cap)
+{
+	struct mm_seq *s = malloc(sizeof(*s));
+
+	if (!s)
+		return NULL;
+	s->blocks = malloc((size_t)cap * sizeof(uint32_t));
+	if (!s->blocks) {
+		free(s);
+		return NULL;
+	}
+	s->cap = cap;
+	return s;
+}
+
+static void mm_seq_delete(struct mm_seq *s)
+{
+	free(s->blocks);
+	free(s);
+}
+
+/* Grows s->blocks to hold at least need entries.  Lock held. */
+static int mm_reserve(struct mm_seq *s, uint32_t need)
+{
+	uint32_t cap = s->cap;
+	uint32_t *b;
+
+	if (need <= cap)
+		return 0;
+	while (cap < need)
+		cap = cap > UINT32_MAX / 2 ? need : cap * 2;
+	b = realloc(s->blocks, (size_t)cap * sizeof(uint32_t));
+	if (!b)
+		return -ENOMEM;
+	s->blocks = b;
+	s->cap = cap;
+	return 0;
+}
+
+static int mm_init(struct mutex_mgr *m, uint32_t nblocks,
+		   uint32_t block_tokens, uint64_t expected_seqs)
+{
+	uint64_t cap = 1024;
+	int rc;
+
+	memset(m, 0, sizeof(*m));
+	rc = pthread_mutex_init(&m->lock, NULL);
+	if (rc != 0)
+		return -rc;
+	while (cap < 4 * expected_seqs) /* load factor <= 1/4 */
+		cap *= 2;
+	m->slots = calloc(cap, sizeof(*m->slots));
+	m->stack = calloc(nblocks, sizeof(uint32_t));
+	m->refcnt = calloc(nblocks, sizeof(uint32_t));
+	if (!m->slots || !m->stack || !m->refcnt)
+		return -ENOMEM;
+	m->mask = cap - 1;
+	m->nblocks = nblocks;
+	m->block_tokens = block_tokens;
+	for (uint32_t i = 0; i < nblocks; i++)
+		m->stack[i] = nblocks - 1 - i; /* pops 0, 1, ... */
+	m->top = nblocks;
+	return 0;
+}
+
+static void mm_destroy(struct mutex_mgr *m)
+{
+	for (uint64_t i = 0; i <= m->mask; i++)
+		if (m->slots[i].seq)
+			mm_seq_delete(m->slots[i].seq);
+	pthread_mutex_destroy(&m->lock);
+	free(m->slots);
+	free(m->stack);
+	free(m->refcnt);
+}
+
+/* The operations: out of line, like a library's; same contract and error
+ * codes as their kvp_seq_* counterparts. */
+#define MM_API __attribute__((noinline))
+
+MM_API static int mm_create(struct mutex_mgr *m, uint64_t id,
+			    uint32_t num_tokens)
+{
+	uint32_t nb = ceil_div(num_tokens, m->block_tokens);
+	struct mm_seq *s = mm_seq_new(nb > MM_MIN_CAP ? nb : MM_MIN_CAP);
+	uint64_t slot;
+	bool found;
+	int rc;
+
+	if (!s)
+		return -ENOMEM;
+	s->id = id;
+	s->num_tokens = num_tokens;
+	s->nblocks = nb;
+	pthread_mutex_lock(&m->lock);
+	slot = mm_probe(m, id, &found);
+	if (found) {
+		rc = -EEXIST;
+		goto fail;
+	}
+	if (m->top < nb) {
+		rc = -ENOSPC;
+		goto fail;
+	}
+	if ((m->count + 1) * 2 > m->mask + 1) {
+		rc = mm_grow(m);
+		if (rc != 0)
+			goto fail;
+		slot = mm_probe(m, id, &found);
+	}
+	for (uint32_t i = 0; i < nb; i++)
+		s->blocks[i] = mm_pop_block(m);
+	s->last_access = ++m->clock;
+	s->access_count = 1;
+	m->slots[slot].key = id;
+	m->slots[slot].seq = s;
+	m->count++;
+	pthread_mutex_unlock(&m->lock);
+	return 0;
+fail:
+	pthread_mutex_unlock(&m->lock);
+	mm_seq_delete(s);
+	return rc;
+}
+
+MM_API static int mm_append(struct mutex_mgr *m, uint64_t id,
+			    uint32_t num_tokens, struct kvp_copy *cow,
+			    uint32_t cow_cap, uint32_t *ncow)
+{
+	struct mm_seq *s;
+	uint64_t total;
+	uint32_t want, grow, part;
+	bool copy;
+	int rc = 0;
+
+	if (ncow)
+		*ncow = 0;
+	if (!cow && cow_cap > 0)
+		return -EINVAL;
+	pthread_mutex_lock(&m->lock);
+	s = mm_lookup(m, id);
+	if (!s) {
+		rc = -ENOENT;
+		goto out;
+	}
+	total = (uint64_t)s->num_tokens + num_tokens;
+	if (total > UINT32_MAX) {
+		rc = -EINVAL;
+		goto out;
+	}
+	want = ceil_div(total, m->block_tokens);
+	grow = want - s->nblocks;
+	part = s->num_tokens % m->block_tokens;
+	copy = num_tokens > 0 && part != 0 &&
+	       m->refcnt[s->blocks[s->nblocks - 1]] > 1;
+	if (copy && cow_cap == 0) {
+		if (ncow)
+			*ncow = 1;
+		rc = -ENOSPC;
+		goto out;
+	}
+	if (m->top < grow + (copy ? 1u : 0u)) {
+		rc = -ENOSPC;
+		goto out;
+	}
+	rc = mm_reserve(s, want);
+	if (rc != 0)
+		goto out;
+	if (copy) {
+		uint32_t old = s->blocks[s->nblocks - 1];
+		uint32_t fresh = mm_pop_block(m);
+
+		m->refcnt[old]--; /* > 1 before: stays referenced */
+		s->blocks[s->nblocks - 1] = fresh;
+		cow[0].src = old;
+		cow[0].dst = fresh;
+		cow[0].tokens = part;
+		if (ncow)
+			*ncow = 1;
+	}
+	for (uint32_t i = 0; i < grow; i++)
+		s->blocks[s->nblocks + i] = mm_pop_block(m);
+	s->nblocks = want;
+	s->num_tokens = (uint32_t)total;
+	s->last_access = ++m->clock;
+	s->access_count++;
+out:
+	pthread_mutex_unlock(&m->lock);
+	return rc;
+}
+
+MM_API static int mm_fork(struct mutex_mgr *m, uint64_t src, uint64_t dst)
+{
+	struct mm_seq *d = mm_seq_new(MM_MIN_CAP), *s;
+	uint64_t slot;
+	bool found;
+	int rc;
+
+	if (!d)
+		return -ENOMEM;
+	pthread_mutex_lock(&m->lock);
+	s = mm_lookup(m, src);
+	if (!s) {
+		rc = -ENOENT;
+		goto fail;
+	}
+	slot = mm_probe(m, dst, &found);
+	if (found) {
+		rc = -EEXIST;
+		goto fail;
+	}
+	for (uint32_t i = 0; i < s->nblocks; i++)
+		if (m->refcnt[s->blocks[i]] >= KVP_MAX_REFS) {
+			rc = -EOVERFLOW;
+			goto fail;
+		}
+	rc = mm_reserve(d, s->nblocks);
+	if (rc != 0)
+		goto fail;
+	if ((m->count + 1) * 2 > m->mask + 1) {
+		rc = mm_grow(m);
+		if (rc != 0)
+			goto fail;
+		slot = mm_probe(m, dst, &found);
+	}
+	for (uint32_t i = 0; i < s->nblocks; i++) {
+		uint32_t b = s->blocks[i];
+
+		m->refcnt[b]++;
+		d->blocks[i] = b;
+	}
+	d->id = dst;
+	d->nblocks = s->nblocks;
+	d->num_tokens = s->num_tokens;
+	d->last_access = s->last_access = ++m->clock;
+	d->access_count = 0;
+	s->access_count++;
+	m->slots[slot].key = dst;
+	m->slots[slot].seq = d;
+	m->count++;
+	pthread_mutex_unlock(&m->lock);
+	return 0;
+fail:
+	pthread_mutex_unlock(&m->lock);
+	mm_seq_delete(d);
+	return rc;
+}
+
+MM_API static int mm_free(struct mutex_mgr *m, uint64_t id)
+{
+	struct mm_seq *s;
+	uint64_t slot;
+	bool found;
+
+	pthread_mutex_lock(&m->lock);
+	slot = mm_probe(m, id, &found);
+	if (!found) {
+		pthread_mutex_unlock(&m->lock);
+		return -ENOENT;
+	}
+	s = m->slots[slot].seq;
+	mm_erase(m, slot);
+	for (uint32_t i = s->nblocks; i-- > 0;)
+		mm_put_block(m, s->blocks[i]);
+	pthread_mutex_unlock(&m->lock);
+	mm_seq_delete(s);
+	return 0;
+}
+
+/* ------------------------------------------------------ run-wide context */
+
+struct run;
+
+/* Per-thread slot, one cache line or more, written by its thread only. */
+struct thr {
+	_Alignas(CACHE_LINE) struct run *run;
+	unsigned tid;
+	uint64_t ops;	       /* ops in the timed window */
+	uint64_t appends;      /* successful appends, warm-up included */
+	uint64_t forks;	       /* successful forks, warm-up included */
+	uint64_t cows;	       /* copies reported */
+	uint64_t creates;      /* successful creates */
+	uint64_t frees;	       /* successful frees */
+};
+
+struct run {
+	enum peer peer;
+	enum workload wl;
+	unsigned nthreads;
+	uint32_t per_thread; /* S: sequences each thread owns */
+	uint32_t prompt;
+	pthread_barrier_t start;
+	struct kvp_pool *pool;
+	struct kvp_manager *mgr;
+	struct mutex_mgr *mm;
+	struct thr *thr;
+	_Alignas(CACHE_LINE) _Atomic int stop;
+	_Alignas(CACHE_LINE) _Atomic int64_t t0; /* min over barrier exits */
+	_Atomic int64_t t1;			  /* max over loop exits */
+};
+
+static void run_started(struct run *r)
+{
+	atomic_min_i64(&r->t0, now_ns());
+}
+
+/* ------------------------------------------------ checked operations */
+
+/*
+ * Each wrapper is inlined into a worker specialised for one peer (kv is a
+ * compile-time constant there), so the loop calls the peer's function
+ * directly, with no dispatch of its own.
+ */
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+
+ALWAYS_INLINE void op_create(struct thr *t, bool kv, uint64_t id,
+			     uint32_t ntok)
+{
+	struct run *r = t->run;
+	int rc = kv ? kvp_seq_create(r->mgr, id, ntok)
+		    : mm_create(r->mm, id, ntok);
+
+	if (__builtin_expect(rc != 0, 0))
+		die("%s: seq_create(%#llx, %u) failed: %s",
+		    peer_name[r->peer], (unsigned long long)id, ntok,
+		    kvp_strerror(rc));
+	t->creates++;
+}
+
+ALWAYS_INLINE void op_append1(struct thr *t, bool kv, uint64_t id,
+			      uint32_t expect_cow, uint32_t cow_tokens)
+{
+	struct run *r = t->run;
+	struct kvp_copy cow[1];
+	uint32_t ncow = UINT32_MAX;
+	int rc = kv ? kvp_seq_append(r->mgr, id, 1, cow, 1, &ncow)
+		    : mm_append(r->mm, id, 1, cow, 1, &ncow);
+
+	if (__builtin_expect(rc != 0, 0))
+		die("%s: seq_append(%#llx, 1) failed: %s", peer_name[r->peer],
+		    (unsigned long long)id, kvp_strerror(rc));
+	if (__builtin_expect(ncow != expect_cow, 0))
+		die("%s: seq_append(%#llx, 1) reported %u copies, expected %u",
+		    peer_name[r->peer], (unsigned long long)id, ncow,
+		    expect_cow);
+	if (expect_cow &&
+	    __builtin_expect(cow[0].tokens != cow_tokens ||
+				     cow[0].src == cow[0].dst,
+			     0))
+		die("%s: seq_append(%#llx, 1) reported the copy {%u -> %u, %u "
+		    "tokens}, expected %u tokens between distinct blocks",
+		    peer_name[r->peer], (unsigned long long)id, cow[0].src,
+		    cow[0].dst, cow[0].tokens, cow_tokens);
+	t->appends++;
+	t->cows += ncow;
+}
+
+ALWAYS_INLINE void op_fork(struct thr *t, bool kv, uint64_t src,
+			   uint64_t dst)
+{
+	struct run *r = t->run;
+	int rc = kv ? kvp_seq_fork(r->mgr, src, dst)
+		    : mm_fork(r->mm, src, dst);
+
+	if (__builtin_expect(rc != 0, 0))
+		die("%s: seq_fork(%#llx, %#llx) failed: %s",
+		    peer_name[r->peer], (unsigned long long)src,
+		    (unsigned long long)dst, kvp_strerror(rc));
+	t->forks++;
+}
+
+ALWAYS_INLINE void op_free(struct thr *t, bool kv, uint64_t id)
+{
+	struct run *r = t->run;
+	int rc = kv ? kvp_seq_free(r->mgr, id) : mm_free(r->mm, id);
+
+	if (__builtin_expect(rc != 0, 0))
+		die("%s: seq_free(%#llx) failed: %s", peer_name[r->peer],
+		    (unsigned long long)id, kvp_strerror(rc));
+	t->frees++;
+}
+
+static inline uint64_t seq_id(unsigned tid, uint32_t j)
+{
+	return ((uint64_t)(tid + 1) << ID_SHIFT) | j;
+}
+
+/* ---------------------------------------------------------------- workers */
+
+ALWAYS_INLINE void *decode_body(struct thr *t, const bool kv)
+{
+	struct run *r = t->run;
+	const uint32_t S = r->per_thread, P = r->prompt;
+	uint32_t *ntok = xcalloc(S, sizeof(*ntok));
+	uint64_t ops = 0;
+	uint32_t i = 0;
+
+	/* Staggered start: sequence j has been decoding for a while. */
+	for (uint32_t j = 0; j < S; j++) {
+		ntok[j] = P + (uint32_t)((uint64_t)j * (MAX_TOKENS - P) / S);
+		op_create(t, kv, seq_id(t->tid, j), ntok[j]);
+	}
+
+#define DECODE_ONE()                                                        \
+	do {                                                                \
+		uint64_t id_ = seq_id(t->tid, i);                           \
+                                                                            \
+		op_append1(t, kv, id_, 0, 0);                               \
+		if (++ntok[i] >= MAX_TOKENS) {                              \
+			op_free(t, kv, id_);                                \
+			op_create(t, kv, id_, P);                           \
+			ntok[i] = P;                                        \
+		}                                                           \
+		if (++i == S)                                               \
+			i = 0;                                              \
+	} while (0)
+
+	for (uint32_t w = 0; w < WARMUP_DECODE; w++)
+		DECODE_ONE();
+	pthread_barrier_wait(&r->start);
+	run_started(r);
+	while (!atomic_load_explicit(&r->stop, memory_order_relaxed)) {
+		DECODE_ONE();
+		ops++;
+	}
+#undef DECODE_ONE
+	atomic_max_i64(&r->t1, now_ns());
+	t->ops = ops;
+	for (uint32_t j = 0; j < S; j++)
+		op_free(t, kv, seq_id(t->tid, j));
+	free(ntok);
+	return NULL;
+}
+
+ALWAYS_INLINE void *fork_body(struct thr *t, const bool kv)
+{
+	struct run *r = t->run;
+	const uint32_t S = r->per_thread, P = r->prompt;
+	const uint32_t expect_cow = P % BLOCK_TOKENS ? 1 : 0;
+	const uint32_t cow_tokens = P % BLOCK_TOKENS;
+	uint64_t next = seq_id(t->tid, 0) | FORK_BIT;
+	uint64_t ops = 0;
+	uint32_t i = 0;
+
+	for (uint32_t j = 0; j < S; j++)
+		op_create(t, kv, seq_id(t->tid, j), P);
+
+#define FORK_ONE()                                                          \
+	do {                                                                \
+		uint64_t dst_ = next++;                                     \
+                                                                            \
+		op_fork(t, kv, seq_id(t->tid, i), dst_);                    \
+		op_append1(t, kv, dst_, expect_cow, cow_tokens);            \
+		op_free(t, kv, dst_);                                       \
+		if (++i == S)                                               \
+			i = 0;                                              \
+	} while (0)
+
+	for (uint32_t w = 0; w < WARMUP_FORK; w++)
+		FORK_ONE();
+	pthread_barrier_wait(&r->start);
+	run_started(r);
+	while (!atomic_load_explicit(&r->stop, memory_order_relaxed)) {
+		FORK_ONE();
+		ops++;
+	}
+#undef FORK_ONE
+	atomic_max_i64(&r->t1, now_ns());
+	t->ops = ops;
+	for (uint32_t j = 0; j < S; j++)
+		op_free(t, kv, seq_id(t->tid, j));
+	return NULL;
+}
+
+static void *decode_kvp(void *arg)
+{
+	return decode_body(arg, true);
+}
+
+static void *decode_mtx(void *arg)
+{
+	return decode_body(arg, false);
+}
+
+static void *fork_kvp(void *arg)
+{
+	return fork_body(arg, true);
+}
+
+static void *fork_mtx(void *arg)
+{
+	return fork_body(arg, false);
+}
+
+typedef void *(*worker_fn)(void *);
+
+static worker_fn worker_for(enum peer p, enum workload w)
+{
+	if (w == WL_DECODE)
+		return p == P_KVPOOL ? decode_kvp : decode_mtx;
+	return p == P_KVPOOL ? fork_kvp : fork_mtx;
+}
+
+/* ------------------------------------------------------ machine noise */
+
+/*
+ * Other processes on the machine skew every number.  /proc/stat (Linux)
+ * gives the machine's busy and total CPU time in clock ticks; minus this
+ * process's own CPU time it gives what other processes took.
+ */
+static bool read_cpu_times(unsigned long long *busy,
+			   unsigned long long *total)
+{
+	unsigned long long v[8] = {0};
+	FILE *f = fopen("/proc/stat", "r");
+	int n;
+
+	if (!f)
+		return false;
+	n = fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0],
+		   &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7]);
+	fclose(f);
+	if (n < 5)
+		return false;
+	*total = 0;
+	for (int i = 0; i < 8; i++)
+		*total += v[i];
+	*busy = *total - v[3] - v[4]; /* minus idle and iowait */
+	return true;
+}
+
+static int64_t process_cpu_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+struct cpu_sample {
+	bool ok;
+	unsigned long long busy, total; /* ticks, all CPUs */
+	int64_t self_ns;		/* this process's CPU time */
+};
+
+static void cpu_sample(struct cpu_sample *c)
+{
+	c->self_ns = process_cpu_ns();
+	c->ok = read_cpu_times(&c->busy, &c->total);
+}
+
+/* Share of the machine's CPU time other processes used between a and b,
+ * 0..1, or -1 if unknown. */
+static double others_share(const struct cpu_sample *a,
+			   const struct cpu_sample *b)
+{
+	double tick_ns = 1e9 / (double)sysconf(_SC_CLK_TCK);
+	double total, others;
+
+	if (!a->ok || !b->ok || b->total <= a->total)
+		return -1;
+	total = (double)(b->total - a->total) * tick_ns;
+	others = (double)(b->busy - a->busy) * tick_ns -
+		 (double)(b->self_ns - a->self_ns);
+	if (others < 0)
+		others = 0;
+	return others / total;
+}
+
+/* ----------------------------------------------------------- measurement */
+
+static uint32_t per_thread(const struct opts *o, unsigned nthreads)
+{
+	uint32_t s = o->seqs / nthreads;
+
+	return s ? s : 1;
+}
+
+/* Blocks in every pool: each running sequence can reach MAX_TOKENS tokens;
+ * twice that is headroom (forks, thread caches).  262144 for the
+ * defaults. */
+static uint32_t pool_blocks(const struct opts *o, unsigned nthreads)
+{
+	uint64_t seqs = (uint64_t)per_thread(o, nthreads) * nthreads;
+	uint64_t n = 2 * seqs * ceil_div(MAX_TOKENS, BLOCK_TOKENS);
+
+	if (n > KVP_MAX_BLOCKS)
+		die("%llu sequences need more than KVP_MAX_BLOCKS blocks",
+		    (unsigned long long)seqs);
+	return (uint32_t)n;
+}
+
+static struct kvp_pool *make_pool(uint32_t nblocks)
+{
+	struct kvp_pool_config cfg;
+	struct kvp_pool *pool = NULL;
+	int rc;
+
+	memset(&cfg, 0, sizeof(cfg));
+	cfg.num_blocks = nblocks;
+	cfg.block_tokens = BLOCK_TOKENS;
+	cfg.cache_blocks = 0; /* automatic */
+	cfg.device_id = -1;
+	cfg.layout = NULL; /* ID-only */
+	cfg.flags = 0;
+	rc = kvp_pool_create(&cfg, &pool);
+	if (rc != 0)
+		die("kvp_pool_create(num_blocks=%u) failed: %s", nblocks,
+		    kvp_strerror(rc));
+	return pool;
+}
+
+static struct kvp_manager *make_manager(struct kvp_pool *pool)
+{
+	struct kvp_manager_config cfg;
+	struct kvp_manager *m = NULL;
+	int rc;
+
+	memset(&cfg, 0, sizeof(cfg));
+	cfg.pool = pool;
+	cfg.policy = KVP_EVICT_LRU;
+	rc = kvp_manager_create(&cfg, &m);
+	if (rc != 0)
+		die("kvp_manager_create failed: %s", kvp_strerror(rc));
+	return m;
+}
+
+/* Sums of the per-thread counters of one measurement. */
+struct totals {
+	uint64_t ops, appends, forks, cows, creates, frees;
+};
+
+static void check_kvpool(struct run *r, const struct totals *tot)
+{
+	struct kvp_pool_stats ps;
+	struct kvp_stats ms;
+	int rc = kvp_manager_check(r->mgr);
+
+	if (rc != 0)
+		die("kvpool %s %u threads: kvp_manager_check failed after the "
+		    "run: %s",
+		    wl_name[r->wl], r->nthreads, kvp_strerror(rc));
+	memset(&ms, 0, sizeof(ms));
+	kvp_manager_stats(r->mgr, &ms);
+	if (ms.sequences != 0)
+		die("kvpool %s: %llu sequences left after every one was freed",
+		    wl_name[r->wl], (unsigned long long)ms.sequences);
+	memset(&ps, 0, sizeof(ps));
+	kvp_pool_stats(r->pool, &ps);
+	if (ps.free != ps.total || ps.used != 0)
+		die("kvpool %s: after the run %llu of %llu blocks are free "
+		    "(used %llu): blocks leaked",
+		    wl_name[r->wl], (unsigned long long)ps.free,
+		    (unsigned long long)ps.total, (unsigned long long)ps.used);
+	if (ms.appends != tot->appends || ms.forks != tot->forks ||
+	    ms.cow_copies != tot->cows || ms.seq_creates != tot->creates ||
+	    ms.seq_frees != tot->frees || ms.evictions != 0)
+		fprintf(stderr,
+			"bench_seq: warning: kvpool %s: manager stats (appends "
+			"%llu, forks %llu, cow copies %llu, creates %llu, "
+			"frees %llu) differ from the calls made (%llu, %llu, "
+			"%llu, %llu, %llu)\n",
+			wl_name[r->wl], (unsigned long long)ms.appends,
+			(unsigned long long)ms.forks,
+			(unsigned long long)ms.cow_copies,
+			(unsigned long long)ms.seq_creates,
+			(unsigned long long)ms.seq_frees,
+			(unsigned long long)tot->appends,
+			(unsigned long long)tot->forks,
+			(unsigned long long)tot->cows,
+			(unsigned long long)tot->creates,
+			(unsigned long long)tot->frees);
+}
+
+static void check_mutex(struct run *r)
+{
+	struct mutex_mgr *m = r->mm;
+
+	if (m->count != 0)
+		die("mutex-hashmap %s: %llu sequences left after every one "
+		    "was freed",
+		    wl_name[r->wl], (unsigned long long)m->count);
+	for (uint64_t i = 0; i <= m->mask; i++)
+		if (m->slots[i].seq)
+			die("mutex-hashmap %s: map slot %llu still used",
+			    wl_name[r->wl], (unsigned long long)i);
+	if (m->top != m->nblocks)
+		die("mutex-hashmap %s: %u of %u blocks free after the run",
+		    wl_name[r->wl], m->top, m->nblocks);
+	for (uint32_t i = 0; i < m->nblocks; i++)
+		if (m->refcnt[i] != 0)
+			die("mutex-hashmap %s: block %u still has %u "
+			    "references",
+			    wl_name[r->wl], i, m->refcnt[i]);
+}
+
+/* Runs one measurement and returns Mops/s; stores in *others the share of
+ * CPU other processes took meanwhile (-1 unknown). */
+static double measure(enum peer p, enum workload w, unsigned nthreads,
+		      const struct opts *o, double *others)
+{
+	struct cpu_sample c0, c1;
+	struct run *r;
+	pthread_t *tids = xcalloc(nthreads, sizeof(*tids));
+	worker_fn fn = worker_for(p, w);
+	uint32_t nblocks = pool_blocks(o, nthreads);
+	struct totals tot;
+	double mops;
+	int64_t elapsed;
+	int rc;
+
+	r = aligned_alloc(CACHE_LINE, (sizeof(*r) + CACHE_LINE - 1) /
+					      CACHE_LINE * CACHE_LINE);
+	if (!r)
+		die("out of memory");
+	memset(r, 0, sizeof(*r));
+	r->peer = p;
+	r->wl = w;
+	r->nthreads = nthreads;
+	r->per_thread = per_thread(o, nthreads);
+	r->prompt = o->prompt;
+	atomic_init(&r->stop, 0);
+	atomic_init(&r->t0, INT64_MAX);
+	atomic_init(&r->t1, 0);
+	r->thr = aligned_alloc(CACHE_LINE, nthreads * sizeof(struct thr));
+	if (!r->thr)
+		die("out of memory");
+	memset(r->thr, 0, nthreads * sizeof(struct thr));
+
+	if (p == P_KVPOOL) {
+		r->pool = make_pool(nblocks);
+		r->mgr = make_manager(r->pool);
+	} else {
+		r->mm = aligned_alloc(CACHE_LINE, sizeof(*r->mm));
+		if (!r->mm)
+			die("out of memory");
+		rc = mm_init(r->mm, nblocks, BLOCK_TOKENS,
+			     (uint64_t)r->per_thread * nthreads + nthreads);
+		if (rc != 0)
+			die("mutex-hashmap: init failed: %s", strerror(-rc));
+	}
+
+	rc = pthread_barrier_init(&r->start, NULL, nthreads + 1);
+	if (rc != 0)
+		die("pthread_barrier_init: %s", strerror(rc));
+	for (unsigned i = 0; i < nthreads; i++) {
+		r->thr[i].run = r;
+		r->thr[i].tid = i;
+		rc = pthread_create(&tids[i], NULL, fn, &r->thr[i]);
+		if (rc != 0)
+			die("pthread_create: %s", strerror(rc));
+	}
+	pthread_barrier_wait(&r->start);
+	run_started(r);
+	cpu_sample(&c0);
+	sleep_seconds(o->seconds);
+	cpu_sample(&c1);
+	atomic_store_explicit(&r->stop, 1, memory_order_relaxed);
+	*others = others_share(&c0, &c1);
+	memset(&tot, 0, sizeof(tot));
+	for (unsigned i = 0; i < nthreads; i++) {
+		const struct thr *t = &r->thr[i];
+
+		rc = pthread_join(tids[i], NULL);
+		if (rc != 0)
+			die("pthread_join: %s", strerror(rc));
+		tot.ops += t->ops;
+		tot.appends += t->appends;
+		tot.forks += t->forks;
+		tot.cows += t->cows;
+		tot.creates += t->creates;
+		tot.frees += t->frees;
+	}
+	elapsed = atomic_load(&r->t1) - atomic_load(&r->t0);
+	if (elapsed <= 0)
+		elapsed = 1;
+	mops = (double)tot.ops * 1e3 / (double)elapsed;
+
+	/* Verify: every sequence is gone, every block is back. */
+	if (tot.creates + tot.forks != tot.frees)
+		die("%s %s: %llu creates + %llu forks but %llu frees",
+		    peer_name[p], wl_name[w], (unsigned long long)tot.creates,
+		    (unsigned long long)tot.forks,
+		    (unsigned long long)tot.frees);
+	if (p == P_KVPOOL) {
+		check_kvpool(r, &tot);
+		kvp_manager_destroy(r->mgr);
+		kvp_pool_unref(r->pool);
+	} else {
+		check_mutex(r);
+		mm_destroy(r->mm);
+		free(r->mm);
+	}
+	if (tot.ops == 0)
+		die("%s %s %u threads: no operation completed in %.3f s",
+		    wl_name[w], peer_name[p], nthreads, o->seconds);
+
+	pthread_barrier_destroy(&r->start);
+	free(r->thr);
+	free(r);
+	free(tids);
+	return mops;
+}
+
+/* --------------------------------------------------------------- options */
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: bench_seq [--threads 1,2,8] [--seconds S] [--reps R]\n"
+		"                 [--seqs N] [--prompt P] [--csv FILE]\n"
+		"  --threads LIST  comma-separated thread counts (default "
+		"1,2,8)\n"
+		"  --seconds S     duration of one measurement (default %.1f)\n"
+		"  --reps R        measurements per cell; the median is "
+		"reported (default %d)\n"
+		"  --seqs N        running sequences in all, split evenly "
+		"between the threads\n"
+		"                  (default %u)\n"
+		"  --prompt P      prompt tokens of a new sequence, 1..%u "
+		"(default %u)\n"
+		"  --csv FILE      also write every cell as CSV:\n"
+		"                  workload,peer,threads,rep_median_mops,"
+		"ns_per_op_per_thread\n",
+		DEFAULT_SECONDS, DEFAULT_REPS, DEFAULT_SEQS, MAX_TOKENS - 1,
+		DEFAULT_PROMPT);
+}
+
+static unsigned long parse_ulong(const char *opt, const char *s,
+				 unsigned long lo, unsigned long hi)
+{
+	char *end;
+	unsigned long v;
+
+	errno = 0;
+	v = strtoul(s, &end, 10);
+	if (errno || end == s || *end || s[0] == '-' || v < lo || v > hi) {
+		fprintf(stderr, "bench_seq: %s: expected an integer in "
+				"[%lu, %lu], got '%s'\n",
+			opt, lo, hi, s);
+		exit(2);
+	}
+	return v;
+}
+
+static void parse_threads(struct opts *o, const char *s)
+{
+	char *copy = strdup(s), *save = NULL, *tok;
+
+	if (!copy)
+		die("out of memory");
+	o->nthreads_list = 0;
+	for (tok = strtok_r(copy, ",", &save); tok;
+	     tok = strtok_r(NULL, ",", &save)) {
+		if (o->nthreads_list == MAX_THREADS) {
+			fprintf(stderr, "bench_seq: --threads: too many "
+					"entries\n");
+			exit(2);
+		}
+		o->threads[o->nthreads_list++] =
+			(unsigned)parse_ulong("--threads", tok, 1, MAX_THREADS);
+	}
+	free(copy);
+	if (o->nthreads_list == 0) {
+		fprintf(stderr, "bench_seq: --threads: empty list\n");
+		exit(2);
+	}
+}
+
+static void parse_args(struct opts *o, int argc, char **argv)
+{
+	memset(o, 0, sizeof(*o));
+	o->threads[0] = 1;
+	o->threads[1] = 2;
+	o->threads[2] = 8;
+	o->nthreads_list = 3;
+	o->seconds = DEFAULT_SECONDS;
+	o->reps = DEFAULT_REPS;
+	o->seqs = DEFAULT_SEQS;
+	o->prompt = DEFAULT_PROMPT;
+
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i], *val = NULL;
+		const char *eq;
+		char name[32];
+		size_t len;
+
+		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+			usage(stdout);
+			exit(0);
+		}
+		if (strncmp(a, "--", 2) != 0) {
+			fprintf(stderr, "bench_seq: unexpected argument '%s'\n",
+				a);
+			usage(stderr);
+			exit(2);
+		}
+		eq = strchr(a, '=');
+		len = eq ? (size_t)(eq - a) : strlen(a);
+		if (len >= sizeof(name)) {
+			fprintf(stderr, "bench_seq: unknown option '%s'\n", a);
+			exit(2);
+		}
+		memcpy(name, a, len);
+		name[len] = '\0';
+		if (eq)
+			val = eq + 1;
+		else if (i + 1 < argc)
+			val = argv[++i];
+		else {
+			fprintf(stderr, "bench_seq: %s needs a value\n", name);
+			exit(2);
+		}
+
+		if (!strcmp(name, "--threads")) {
+			parse_threads(o, val);
+		} else if (!strcmp(name, "--seconds")) {
+			char *end;
+
+			errno = 0;
+			o->seconds = strtod(val, &end);
+			if (errno || end == val || *end || !(o->seconds > 0) ||
+			    o->seconds > 3600) {
+				fprintf(stderr, "bench_seq: --seconds: "
+						"expected a number in (0, "
+						"3600], got '%s'\n",
+					val);
+				exit(2);
+			}
+		} else if (!strcmp(name, "--reps")) {
+			o->reps = (unsigned)parse_ulong(name, val, 1, MAX_REPS);
+		} else if (!strcmp(name, "--seqs")) {
+			o->seqs = (uint32_t)parse_ulong(name, val, 1, MAX_SEQS);
+		} else if (!strcmp(name, "--prompt")) {
+			o->prompt = (uint32_t)parse_ulong(name, val, 1,
+							  MAX_TOKENS - 1);
+		} else if (!strcmp(name, "--csv")) {
+			o->csv = val;
+		} else {
+			fprintf(stderr, "bench_seq: unknown option '%s'\n",
+				name);
+			usage(stderr);
+			exit(2);
+		}
+	}
+}
+
+/* ---------------------------------------------------------------- report */
+
+/* results[w][thread index][peer]: median Mops/s, 0 = not measured;
+ * others[...]: the largest share of CPU other processes took during one of
+ * the cell's measurements (-1 = unknown). */
+static double *results, *others_res;
+static unsigned res_nthreads;
+static unsigned n_noisy;
+
+#define NOISY_SHARE 0.10
+
+static size_t res_index(enum workload w, unsigned ti, enum peer p)
+{
+	return ((size_t)w * res_nthreads + ti) * NUM_PEERS + p;
+}
+
+static double *res(enum workload w, unsigned ti, enum peer p)
+{
+	return &results[res_index(w, ti, p)];
+}
+
+static double *res_others(enum workload w, unsigned ti, enum peer p)
+{
+	return &others_res[res_index(w, ti, p)];
+}
+
+static double ns_per_op(double mops, unsigned threads)
+{
+	return mops > 0 ? threads * 1e3 / mops : 0;
+}
+
+static int find_threads(const struct opts *o, unsigned n)
+{
+	for (unsigned i = 0; i < o->nthreads_list; i++)
+		if (o->threads[i] == n)
+			return (int)i;
+	return -1;
+}
+
+static void print_header(void)
+{
+	printf("%-8s %4s  %-14s %9s %11s %8s %9s\n", "workload", "thr",
+	       "peer", "Mops/s", "ns/op/thr", "others", "x mutex");
+	printf("%-8s %4s  %-14s %9s %11s %8s %9s\n", "--------", "---",
+	       "----", "------", "---------", "------", "-------");
+}
+
+static void print_group(enum workload w, unsigned ti, unsigned threads)
+{
+	for (int p = 0; p < NUM_PEERS; p++) {
+		double m = *res(w, ti, (enum peer)p);
+		double oth = *res_others(w, ti, (enum peer)p);
+
+		printf("%-8s %4u  %-14s %9.3f %11.1f", wl_name[w], threads,
+		       peer_name[p], m, ns_per_op(m, threads));
+		if (oth < 0) {
+			printf(" %8s", "?");
+		} else {
+			printf(" %6.0f%%%c", 100 * oth,
+			       oth > NOISY_SHARE ? '!' : ' ');
+			n_noisy += oth > NOISY_SHARE;
+		}
+		if (p == P_KVPOOL)
+			printf(" %8.2fx", m / *res(w, ti, P_MUTEX));
+		printf("\n");
+	}
+	printf("\n");
+	fflush(stdout);
+}
+
+static unsigned n_pass, n_fail, n_skip;
+
+static void verdict(bool ok, const char *label)
+{
+	printf("  [%s] %s\n", ok ? "PASS" : "FAIL", label);
+	if (ok)
+		n_pass++;
+	else
+		n_fail++;
+}
+
+static void info_ratio(const struct opts *o, enum workload w, unsigned n)
+{
+	int ti = find_threads(o, n);
+	double k, m;
+
+	if (ti < 0)
+		return;
+	k = *res(w, (unsigned)ti, P_KVPOOL);
+	m = *res(w, (unsigned)ti, P_MUTEX);
+	printf("  [INFO] %s, %u thread%s: kvpool %.3f Mops/s vs mutex-hashmap "
+	       "%.3f Mops/s (ratio %.2fx)\n",
+	       wl_name[w], n, n > 1 ? "s" : "", k, m, k / m);
+}
+
+static void print_targets(const struct opts *o)
+{
+	int t1 = find_threads(o, 1), t2 = find_threads(o, 2);
+	char line[512];
+
+	printf("targets\n");
+
+	/* (1) decode at 2 threads: kvpool >= 5x the mutex manager. */
+	if (t2 < 0) {
+		printf("  [SKIP] (1) decode, 2 threads: kvpool >= 5x "
+		       "mutex-hashmap (2 threads not measured)\n");
+		n_skip++;
+	} else {
+		double k = *res(WL_DECODE, (unsigned)t2, P_KVPOOL);
+		double m = *res(WL_DECODE, (unsigned)t2, P_MUTEX);
+
+		snprintf(line, sizeof(line),
+			 "(1) decode, 2 threads: kvpool %.3f Mops/s >= 5 x "
+			 "mutex-hashmap %.3f Mops/s  (ratio %.2fx, need >= "
+			 "5x)",
+			 k, m, k / m);
+		verdict(k >= 5 * m, line);
+	}
+
+	/* (2) decode, 1 thread: kvpool <= 150 ns per append. */
+	if (t1 < 0) {
+		printf("  [SKIP] (2) decode, 1 thread: kvpool <= 150 ns per "
+		       "append (1 thread not measured)\n");
+		n_skip++;
+	} else {
+		double ns =
+			ns_per_op(*res(WL_DECODE, (unsigned)t1, P_KVPOOL), 1);
+
+		snprintf(line, sizeof(line),
+			 "(2) decode, 1 thread: kvpool %.1f ns per append "
+			 "(per sequence per step) <= 150 ns",
+			 ns);
+		verdict(ns <= 150, line);
+	}
+
+	/* Context, not targets. */
+	info_ratio(o, WL_DECODE, 8);
+	info_ratio(o, WL_FORK, 1);
+	info_ratio(o, WL_FORK, 2);
+	info_ratio(o, WL_FORK, 8);
+
+	printf("targets: %u passed, %u FAILED, %u skipped\n", n_pass, n_fail,
+	       n_skip);
+	if (n_noisy)
+		printf("warning: %u cell%s marked '!' were measured while other "
+		       "processes took more than %.0f%% of the machine's CPU:\n"
+		       "         their numbers and the targets built on them are "
+		       "unreliable; rerun on an idle machine\n",
+		       n_noisy, n_noisy > 1 ? "s" : "", 100 * NOISY_SHARE);
+}
+
+static void write_csv(const struct opts *o, FILE *f)
+{
+	fprintf(f, "workload,peer,threads,rep_median_mops,"
+		   "ns_per_op_per_thread\n");
+	for (int w = 0; w < NUM_WL; w++)
+		for (unsigned ti = 0; ti < o->nthreads_list; ti++)
+			for (int p = 0; p < NUM_PEERS; p++) {
+				double m = *res((enum workload)w, ti,
+						(enum peer)p);
+
+				fprintf(f, "%s,%s,%u,%.4f,%.4f\n", wl_name[w],
+					peer_name[p], o->threads[ti], m,
+					ns_per_op(m, o->threads[ti]));
+			}
+}
+
+static void report_busy(const char *when)
+{
+	unsigned long long b0, t0, b1, t1;
+	double frac;
+
+	if (!read_cpu_times(&b0, &t0))
+		return;
+	sleep_seconds(0.2);
+	if (!read_cpu_times(&b1, &t1) || t1 <= t0)
+		return;
+	frac = (double)(b1 - b0) / (double)(t1 - t0);
+	printf("  CPU busy %s (other processes): %.0f%%%s\n", when,
+	       100 * frac,
+	       frac > 0.10 ? "  <- the machine is not idle: numbers are noisy"
+			   : "");
+}
+
+/*
+ * Measures both peers for one workload and thread count, o->reps times,
+ * the peers interleaved within each rep (and their order alternated) so
+ * that slow drifts of the machine hit both alike, and stores the medians.
+ */
+static void measure_group(enum workload w, unsigned ti, unsigned n,
+			  const struct opts *o, double *samples,
+			  double *sample_others)
+{
+	for (unsigned rep = 0; rep < o->reps; rep++)
+		for (int q = 0; q < NUM_PEERS; q++) {
+			int p = rep % 2 ? NUM_PEERS - 1 - q : q;
+			size_t k = (size_t)p * o->reps + rep;
+
+			samples[k] = measure((enum peer)p, w, n, o,
+					     &sample_others[k]);
+		}
+	for (int p = 0; p < NUM_PEERS; p++) {
+		const double *oth = sample_others + (size_t)p * o->reps;
+		double worst = 0;
+
+		*res(w, ti, (enum peer)p) =
+			median(samples + (size_t)p * o->reps, o->reps);
+		for (unsigned rep = 0; rep < o->reps && worst >= 0; rep++)
+			worst = oth[rep] < 0 ? -1 : oth[rep] > worst ? oth[rep]
+								: worst;
+		*res_others(w, ti, (enum peer)p) = worst;
+	}
+}
+
+/* ------------------------------------------------------------------ main */
+
+int main(int argc, char **argv)
+{
+	struct opts o;
+	FILE *csv = NULL;
+	double *samples, *sample_others;
+	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+	struct kvp_pool_stats st;
+	struct kvp_pool *probe;
+	uint32_t max_blocks = 0;
+
+	parse_args(&o, argc, argv);
+	if (o.csv) {
+		csv = fopen(o.csv, "w");
+		if (!csv) {
+			fprintf(stderr, "bench_seq: %s: %s\n", o.csv,
+				strerror(errno));
+			return 2;
+		}
+	}
+	for (unsigned i = 0; i < o.nthreads_list; i++) {
+		uint32_t b = pool_blocks(&o, o.threads[i]);
+
+		max_blocks = b > max_blocks ? b : max_blocks;
+	}
+
+	res_nthreads = o.nthreads_list;
+	results = xcalloc((size_t)NUM_WL * o.nthreads_list * NUM_PEERS,
+			  sizeof(double));
+	others_res = xcalloc((size_t)NUM_WL * o.nthreads_list * NUM_PEERS,
+			     sizeof(double));
+	samples = xcalloc((size_t)NUM_PEERS * o.reps, sizeof(double));
+	sample_others = xcalloc((size_t)NUM_PEERS * o.reps, sizeof(double));
+
+	/* What the automatic cache size resolves to on this machine. */
+	probe = make_pool(max_blocks);
+	memset(&st, 0, sizeof(st));
+	kvp_pool_stats(probe, &st);
+	kvp_pool_unref(probe);
+
+	printf("bench_seq: kvpool %d.%d.%d, %ld online CPUs; %u running "
+	       "sequences split between the threads,\n",
+	       KVP_VERSION_MAJOR, KVP_VERSION_MINOR, KVP_VERSION_PATCH, ncpu,
+	       o.seqs);
+	printf("  prompt %u tokens, %u tokens per block, decode recycles a "
+	       "sequence at %u tokens;\n",
+	       o.prompt, BLOCK_TOKENS, MAX_TOKENS);
+	printf("  ID-only pool of up to %u blocks, kvpool cache %u "
+	       "blocks/thread (automatic)\n",
+	       max_blocks, st.cache_blocks);
+	printf("  %.2f s per measurement, median of %u reps, peers "
+	       "interleaved\n",
+	       o.seconds, o.reps);
+	report_busy("before the run");
+	printf("  estimated run time: %.0f s\n",
+	       NUM_WL * o.nthreads_list * NUM_PEERS * o.reps *
+		       (o.seconds + 0.05));
+	printf("  Mops/s: ops per second, all threads (decode: %s; fork: "
+	       "%s cycles)\n",
+	       wl_unit[WL_DECODE], wl_unit[WL_FORK]);
+	printf("  ns/op/thr = threads * 1e3 / Mops (decode: per sequence per "
+	       "step)\n");
+	printf("  x mutex: kvpool throughput / mutex-hashmap throughput "
+	       "(higher is better)\n");
+	printf("  others: most CPU other processes took during a measurement "
+	       "of the cell ('!' above %.0f%%: unreliable)\n\n",
+	       100 * NOISY_SHARE);
+	print_header();
+	fflush(stdout);
+
+	for (int w = 0; w < NUM_WL; w++) {
+		for (unsigned ti = 0; ti < o.nthreads_list; ti++) {
+			unsigned n = o.threads[ti];
+
+			measure_group((enum workload)w, ti, n, &o, samples,
+				      sample_others);
+			print_group((enum workload)w, ti, n);
+		}
+	}
+
+	print_targets(&o);
+	report_busy("after the run");
+
+	if (csv) {
+		write_csv(&o, csv);
+		if (fclose(csv) != 0) {
+			fprintf(stderr, "bench_seq: %s: %s\n", o.csv,
+				strerror(errno));
+			return 2;
+		}
+		printf("CSV written to %s\n", o.csv);
+	}
+	free(samples);
+	free(sample_others);
+	free(others_res);
+	free(results);
+	return 0;
+}
