@@ -551,12 +551,14 @@ next:;
  */
 static inline __attribute__((always_inline)) int
 drop_sole(struct kvp_pool *pool, const uint32_t *ids, uint32_t n,
-	  struct free_sink *sk, uint32_t *shared)
+	  struct free_sink *sk, uint32_t *shared, const bool to_array)
 {
 	/* Locals: ids may alias anything, so the compiler would reload the
-	 * fields on every iteration. */
+	 * fields (and the sink) on every iteration.  to_array is a constant
+	 * at each call site, so the sink's branch folds away. */
 	_Atomic uint32_t *state = pool->state;
-	uint32_t num_blocks = pool->num_blocks, i;
+	uint32_t num_blocks = pool->num_blocks, i, z = 0, *out = sk->out;
+	uint32_t nshared = 0;
 	int err = 0;
 
 	for (i = 0; i < n; i++) {
@@ -572,17 +574,25 @@ drop_sole(struct kvp_pool *pool, const uint32_t *ids, uint32_t n,
 			/* Sole holder: a plain store (see the top). */
 			atomic_store_explicit(&state[id], 0,
 					      memory_order_relaxed);
-			sink_put(pool, sk, id);
+			if (to_array)
+				out[z++] = id;
+			else
+				sink_put(pool, sk, id);
 		} else if (state_held(s)) {
-			(*shared)++;
+			nshared++;
 		} else {
 			err = -EALREADY;
 			break;
 		}
 	}
-	if (unlikely(err))
+	if (unlikely(err)) {
 		undo_sole(pool, ids, i);
-	return err;
+		return err;
+	}
+	if (to_array)
+		sk->z = z;
+	*shared = nshared;
+	return 0;
 }
 
 /*
@@ -591,10 +601,10 @@ drop_sole(struct kvp_pool *pool, const uint32_t *ids, uint32_t n,
  */
 static inline __attribute__((always_inline)) int
 drop_refs(struct kvp_pool *pool, const uint32_t *ids, uint32_t n,
-	  struct free_sink *sk)
+	  struct free_sink *sk, const bool to_array)
 {
 	uint32_t shared = 0;
-	int r = drop_sole(pool, ids, n, sk, &shared);
+	int r = drop_sole(pool, ids, n, sk, &shared, to_array);
 
 	if (likely(r < 0 || shared == 0))
 		return r;
@@ -617,7 +627,7 @@ static int free_to_stack(struct kvp_pool *pool, struct tcache *tc,
 			 const uint32_t *ids, uint32_t n)
 {
 	struct free_sink sk = {.out = NULL};
-	int r = drop_refs(pool, ids, n, &sk);
+	int r = drop_refs(pool, ids, n, &sk, false);
 
 	if (r < 0)
 		return r;
@@ -638,11 +648,11 @@ static int free_to_stack(struct kvp_pool *pool, struct tcache *tc,
  * looks; on error the pass is undone and the count never moves.  Owner,
  * inside an operation, with c + n <= cap.
  */
-static inline int free_into_cache(struct kvp_pool *pool, struct tcache *tc,
+static inline __attribute__((always_inline)) int free_into_cache(struct kvp_pool *pool, struct tcache *tc,
 				  uint32_t c, const uint32_t *ids, uint32_t n)
 {
 	struct free_sink sk = {.out = tc->slots + c};
-	int r = drop_refs(pool, ids, n, &sk);
+	int r = drop_refs(pool, ids, n, &sk, true);
 
 	if (unlikely(r < 0)) {
 		tcache_exit(tc);
