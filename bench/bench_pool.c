@@ -77,19 +77,17 @@
 #define _GNU_SOURCE
 #endif
 
-#include <errno.h>
 #include <pthread.h>
-#include <stdarg.h>
-#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <kvpool.h>
+
+#include "bench_common.h"
 
 #ifdef KVP_BENCH_JEMALLOC
 #include <jemalloc/jemalloc.h>
@@ -101,13 +99,8 @@
 #define RING_SLOTS (RING + 1) /* one more: allocate before freeing */
 #define MAX_BATCH 16
 #define WARMUP_ITERS 2000
-#define MAX_THREADS 256
-#define MAX_REPS 1000
-#define CACHE_LINE 64
 #define OBJ_SIZE 64 /* jemalloc object size */
 
-#define DEFAULT_SECONDS 0.3
-#define DEFAULT_REPS 5
 #define DEFAULT_BLOCKS 65536u
 
 enum workload { WL_PAIR, WL_BATCH16, NUM_WL };
@@ -136,101 +129,12 @@ static bool peer_enabled(enum peer p)
 }
 
 struct opts {
-	unsigned threads[MAX_THREADS];
-	unsigned nthreads_list;
-	double seconds;
-	unsigned reps;
+	struct bench_opts common; /* --threads, --seconds, --reps, --csv */
 	uint32_t cache;
 	uint32_t blocks;
-	const char *csv;
 };
 
-/* --------------------------------------------------------------- helpers */
-
-__attribute__((noreturn, cold, format(printf, 1, 2))) static void
-die(const char *fmt, ...)
-{
-	va_list ap;
-
-	fflush(stdout);
-	fputs("bench_pool: ", stderr);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-	abort();
-}
-
-static int64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-static void sleep_seconds(double s)
-{
-	struct timespec ts;
-	int64_t deadline;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	deadline = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec +
-		   (int64_t)(s * 1e9);
-	ts.tv_sec = deadline / 1000000000;
-	ts.tv_nsec = deadline % 1000000000;
-	while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) ==
-	       EINTR)
-		;
-}
-
-static void atomic_min_i64(_Atomic int64_t *a, int64_t v)
-{
-	int64_t cur = atomic_load_explicit(a, memory_order_relaxed);
-
-	while (v < cur && !atomic_compare_exchange_weak_explicit(
-				  a, &cur, v, memory_order_relaxed,
-				  memory_order_relaxed))
-		;
-}
-
-static void atomic_max_i64(_Atomic int64_t *a, int64_t v)
-{
-	int64_t cur = atomic_load_explicit(a, memory_order_relaxed);
-
-	while (v > cur && !atomic_compare_exchange_weak_explicit(
-				  a, &cur, v, memory_order_relaxed,
-				  memory_order_relaxed))
-		;
-}
-
-static void *xcalloc(size_t n, size_t size)
-{
-	void *p = calloc(n, size);
-
-	if (!p)
-		die("out of memory");
-	return p;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return (x > y) - (x < y);
-}
-
-static double median(const double *v, unsigned n)
-{
-	double *s = xcalloc(n, sizeof(*s));
-	double m;
-
-	memcpy(s, v, n * sizeof(*s));
-	qsort(s, n, sizeof(*s), cmp_double);
-	m = n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
-	free(s);
-	return m;
-}
+const char bench_prog[] = "bench_pool";
 
 /* ------------------------------------------------------ run-wide context */
 
@@ -247,7 +151,7 @@ struct run;
 
 /* Per-thread slot, one cache line or more, written by its thread only. */
 struct thr {
-	_Alignas(CACHE_LINE) struct run *run;
+	_Alignas(BENCH_CACHE_LINE) struct run *run;
 	unsigned tid;
 	uint32_t *bare_ids; /* bare-tls-array: this thread's share */
 	uint32_t bare_top;
@@ -259,19 +163,11 @@ struct run {
 	enum peer peer;
 	uint32_t batch;
 	unsigned nthreads;
-	pthread_barrier_t start;
 	struct kvp_pool *pool;
 	struct mutex_pool *mp;
 	struct thr *thr;
-	_Alignas(CACHE_LINE) _Atomic int stop;
-	_Alignas(CACHE_LINE) _Atomic int64_t t0; /* min over barrier exits */
-	_Atomic int64_t t1;			  /* max over loop exits */
+	struct bench_sync sync;
 };
-
-static void run_started(struct run *r)
-{
-	atomic_min_i64(&r->t0, now_ns());
-}
 
 /* ----------------------------------------------------------- peer: kvpool */
 
@@ -290,7 +186,7 @@ static inline void kvp_tls_alloc(struct kvp_tls *L, uint32_t *ids,
 	int rc = kvp_pool_alloc(L->pool, n, ids);
 
 	if (rc != 0)
-		die("kvp_pool_alloc(%u) failed: %s", n, kvp_strerror(rc));
+		bench_die("kvp_pool_alloc(%u) failed: %s", n, kvp_strerror(rc));
 }
 
 static inline void kvp_tls_free(struct kvp_tls *L, const uint32_t *ids,
@@ -299,7 +195,7 @@ static inline void kvp_tls_free(struct kvp_tls *L, const uint32_t *ids,
 	int rc = kvp_pool_free(L->pool, ids, n);
 
 	if (rc != 0)
-		die("kvp_pool_free(%u) failed: %s", n, kvp_strerror(rc));
+		bench_die("kvp_pool_free(%u) failed: %s", n, kvp_strerror(rc));
 }
 
 static inline void kvp_tls_fini(struct kvp_tls *L, struct thr *t)
@@ -327,14 +223,16 @@ static inline void mtx_tls_alloc(struct mtx_tls *L, uint32_t *ids,
 	pthread_mutex_lock(&mp->lock);
 	if (mp->top < n) {
 		pthread_mutex_unlock(&mp->lock);
-		die("mutex freelist: alloc(%u) failed: pool exhausted", n);
+		bench_die("mutex freelist: alloc(%u) failed: pool exhausted",
+			  n);
 	}
 	for (uint32_t i = 0; i < n; i++) {
 		uint32_t id = mp->stack[--mp->top];
 
 		if (mp->refcnt[id] != 0)
-			die("mutex freelist: free list holds used block %u",
-			    id);
+			bench_die(
+				"mutex freelist: free list holds used block %u",
+				id);
 		mp->refcnt[id] = 1;
 		ids[i] = id;
 	}
@@ -351,7 +249,7 @@ static inline void mtx_tls_free(struct mtx_tls *L, const uint32_t *ids,
 		uint32_t id = ids[i];
 
 		if (id >= mp->n || mp->refcnt[id] == 0)
-			die("mutex freelist: bad free of block %u", id);
+			bench_die("mutex freelist: bad free of block %u", id);
 		if (--mp->refcnt[id] == 0)
 			mp->stack[mp->top++] = id;
 	}
@@ -396,7 +294,7 @@ BENCH_OPAQUE static void bare_tls_alloc(struct bare_tls *L, uint32_t *ids,
 	uint32_t top = L->top;
 
 	if (top < n)
-		die("bare array: alloc(%u) failed: share exhausted", n);
+		bench_die("bare array: alloc(%u) failed: share exhausted", n);
 	top -= n;
 	if (n == 1)
 		ids[0] = L->ids[top];
@@ -441,7 +339,7 @@ static inline void je_tls_alloc(struct je_tls *L, void **objs, uint32_t n)
 	for (uint32_t i = 0; i < n; i++) {
 		objs[i] = mallocx(OBJ_SIZE, 0);
 		if (!objs[i])
-			die("mallocx(%d) failed", OBJ_SIZE);
+			bench_die("mallocx(%d) failed", OBJ_SIZE);
 	}
 }
 
@@ -488,17 +386,15 @@ static inline void je_tls_fini(struct je_tls *L, struct thr *t)
 			PFX##_tls_free(&L, ring[old], n);                     \
 			head = old;                                           \
 		}                                                             \
-		pthread_barrier_wait(&r->start);                              \
-		run_started(r);                                               \
-		while (!atomic_load_explicit(&r->stop,                        \
-					     memory_order_relaxed)) {         \
+		bench_sync_start(&r->sync);                                   \
+		while (!bench_sync_stopped(&r->sync)) {                       \
 			PFX##_tls_alloc(&L, ring[head], n);                   \
 			old = head + 1 == RING_SLOTS ? 0 : head + 1;          \
 			PFX##_tls_free(&L, ring[old], n);                     \
 			head = old;                                           \
 			ops += n;                                             \
 		}                                                             \
-		atomic_max_i64(&r->t1, now_ns());                             \
+		bench_sync_done(&r->sync);                                    \
 		t->ops = ops;                                                 \
 		for (unsigned i = 0; i < RING_SLOTS; i++)                     \
 			if (i != head)                                        \
@@ -545,73 +441,7 @@ static worker_fn worker_for(enum peer p, enum workload w)
 	case NUM_PEERS:
 		break;
 	}
-	die("peer %d is not available in this build", (int)p);
-}
-
-/* ------------------------------------------------------ machine noise */
-
-/*
- * Other processes on the machine skew every number.  /proc/stat (Linux)
- * gives the machine's busy and total CPU time in clock ticks; minus this
- * process's own CPU time it gives what other processes took.
- */
-static bool read_cpu_times(unsigned long long *busy,
-			   unsigned long long *total)
-{
-	unsigned long long v[8] = {0};
-	FILE *f = fopen("/proc/stat", "r");
-	int n;
-
-	if (!f)
-		return false;
-	n = fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0],
-		   &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7]);
-	fclose(f);
-	if (n < 5)
-		return false;
-	*total = 0;
-	for (int i = 0; i < 8; i++)
-		*total += v[i];
-	*busy = *total - v[3] - v[4]; /* minus idle and iowait */
-	return true;
-}
-
-static int64_t process_cpu_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-struct cpu_sample {
-	bool ok;
-	unsigned long long busy, total; /* ticks, all CPUs */
-	int64_t self_ns;		/* this process's CPU time */
-};
-
-static void cpu_sample(struct cpu_sample *c)
-{
-	c->self_ns = process_cpu_ns();
-	c->ok = read_cpu_times(&c->busy, &c->total);
-}
-
-/* Share of the machine's CPU time other processes used between a and b,
- * 0..1, or -1 if unknown. */
-static double others_share(const struct cpu_sample *a,
-			   const struct cpu_sample *b)
-{
-	double tick_ns = 1e9 / (double)sysconf(_SC_CLK_TCK);
-	double total, others;
-
-	if (!a->ok || !b->ok || b->total <= a->total)
-		return -1;
-	total = (double)(b->total - a->total) * tick_ns;
-	others = (double)(b->busy - a->busy) * tick_ns -
-		 (double)(b->self_ns - a->self_ns);
-	if (others < 0)
-		others = 0;
-	return others / total;
+	bench_die("peer %d is not available in this build", (int)p);
 }
 
 /* ----------------------------------------------------------- measurement */
@@ -631,10 +461,11 @@ static struct kvp_pool *make_pool(const struct opts *o, bool nocache)
 	cfg.flags = nocache ? KVP_POOL_NOCACHE : 0;
 	rc = kvp_pool_create(&cfg, &pool);
 	if (rc != 0)
-		die("kvp_pool_create(num_blocks=%u, cache_blocks=%u%s) failed: "
-		    "%s",
-		    cfg.num_blocks, cfg.cache_blocks,
-		    nocache ? ", KVP_POOL_NOCACHE" : "", kvp_strerror(rc));
+		bench_die("kvp_pool_create(num_blocks=%u, cache_blocks=%u%s) "
+			  "failed: %s",
+			  cfg.num_blocks, cfg.cache_blocks,
+			  nocache ? ", KVP_POOL_NOCACHE" : "",
+			  kvp_strerror(rc));
 	return pool;
 }
 
@@ -645,15 +476,16 @@ static void check_kvpool(struct kvp_pool *pool, const char *what,
 	int rc = kvp_pool_check(pool);
 
 	if (rc != 0)
-		die("%s: kvp_pool_check failed after the run: %s", what,
-		    kvp_strerror(rc));
+		bench_die("%s: kvp_pool_check failed after the run: %s", what,
+			  kvp_strerror(rc));
 	memset(&st, 0, sizeof(st));
 	kvp_pool_stats(pool, &st);
 	if (st.free != st.total || st.used != 0)
-		die("%s: after the run %llu of %llu blocks are free "
-		    "(used %llu): blocks leaked",
-		    what, (unsigned long long)st.free,
-		    (unsigned long long)st.total, (unsigned long long)st.used);
+		bench_die("%s: after the run %llu of %llu blocks are free "
+			  "(used %llu): blocks leaked",
+			  what, (unsigned long long)st.free,
+			  (unsigned long long)st.total,
+			  (unsigned long long)st.used);
 	if (st.allocs != st.frees || st.allocs < ops)
 		fprintf(stderr,
 			"bench_pool: warning: %s: stats allocs %llu frees %llu "
@@ -667,31 +499,18 @@ static void check_kvpool(struct kvp_pool *pool, const char *what,
 static double measure(enum peer p, enum workload w, unsigned nthreads,
 		      const struct opts *o, double *others)
 {
-	struct cpu_sample c0, c1;
 	struct run *r;
-	pthread_t *tids = xcalloc(nthreads, sizeof(*tids));
+	pthread_t *tids = bench_xcalloc(nthreads, sizeof(*tids));
 	uint32_t *bare_mem = NULL;
 	worker_fn fn = worker_for(p, w);
 	uint64_t ops = 0;
 	double mops;
-	int64_t elapsed;
-	int rc;
 
-	r = aligned_alloc(CACHE_LINE, (sizeof(*r) + CACHE_LINE - 1) /
-					      CACHE_LINE * CACHE_LINE);
-	if (!r)
-		die("out of memory");
-	memset(r, 0, sizeof(*r));
+	r = bench_aligned_zalloc(sizeof(*r));
 	r->peer = p;
 	r->batch = wl_batch[w];
 	r->nthreads = nthreads;
-	atomic_init(&r->stop, 0);
-	atomic_init(&r->t0, INT64_MAX);
-	atomic_init(&r->t1, 0);
-	r->thr = aligned_alloc(CACHE_LINE, nthreads * sizeof(struct thr));
-	if (!r->thr)
-		die("out of memory");
-	memset(r->thr, 0, nthreads * sizeof(struct thr));
+	r->thr = bench_aligned_zalloc(nthreads * sizeof(struct thr));
 
 	switch (p) {
 	case P_KVPOOL:
@@ -699,11 +518,11 @@ static double measure(enum peer p, enum workload w, unsigned nthreads,
 		r->pool = make_pool(o, p == P_NOCACHE);
 		break;
 	case P_MUTEX:
-		r->mp = xcalloc(1, sizeof(*r->mp));
+		r->mp = bench_xcalloc(1, sizeof(*r->mp));
 		pthread_mutex_init(&r->mp->lock, NULL);
 		r->mp->n = o->blocks;
-		r->mp->stack = xcalloc(o->blocks, sizeof(uint32_t));
-		r->mp->refcnt = xcalloc(o->blocks, sizeof(uint32_t));
+		r->mp->stack = bench_xcalloc(o->blocks, sizeof(uint32_t));
+		r->mp->refcnt = bench_xcalloc(o->blocks, sizeof(uint32_t));
 		for (uint32_t i = 0; i < o->blocks; i++)
 			r->mp->stack[i] = o->blocks - 1 - i; /* pops 0, 1, ... */
 		r->mp->top = o->blocks;
@@ -711,7 +530,7 @@ static double measure(enum peer p, enum workload w, unsigned nthreads,
 	case P_BARE: {
 		uint32_t share = o->blocks / nthreads;
 
-		bare_mem = xcalloc(o->blocks, sizeof(uint32_t));
+		bare_mem = bench_xcalloc(o->blocks, sizeof(uint32_t));
 		for (unsigned i = 0; i < nthreads; i++) {
 			struct thr *t = &r->thr[i];
 
@@ -728,33 +547,18 @@ static double measure(enum peer p, enum workload w, unsigned nthreads,
 		break;
 	}
 
-	rc = pthread_barrier_init(&r->start, NULL, nthreads + 1);
-	if (rc != 0)
-		die("pthread_barrier_init: %s", strerror(rc));
+	bench_sync_init(&r->sync, nthreads);
 	for (unsigned i = 0; i < nthreads; i++) {
 		r->thr[i].run = r;
 		r->thr[i].tid = i;
-		rc = pthread_create(&tids[i], NULL, fn, &r->thr[i]);
-		if (rc != 0)
-			die("pthread_create: %s", strerror(rc));
+		bench_thread_create(&tids[i], fn, &r->thr[i]);
 	}
-	pthread_barrier_wait(&r->start);
-	run_started(r);
-	cpu_sample(&c0);
-	sleep_seconds(o->seconds);
-	cpu_sample(&c1);
-	atomic_store_explicit(&r->stop, 1, memory_order_relaxed);
-	*others = others_share(&c0, &c1);
+	*others = bench_sync_window(&r->sync, o->common.seconds);
 	for (unsigned i = 0; i < nthreads; i++) {
-		rc = pthread_join(tids[i], NULL);
-		if (rc != 0)
-			die("pthread_join: %s", strerror(rc));
+		bench_thread_join(tids[i]);
 		ops += r->thr[i].ops;
 	}
-	elapsed = atomic_load(&r->t1) - atomic_load(&r->t0);
-	if (elapsed <= 0)
-		elapsed = 1;
-	mops = (double)ops * 1e3 / (double)elapsed;
+	mops = bench_sync_mops(&r->sync, ops);
 
 	/* Verify: every block is back, nothing was lost or duplicated. */
 	switch (p) {
@@ -765,11 +569,13 @@ static double measure(enum peer p, enum workload w, unsigned nthreads,
 		break;
 	case P_MUTEX:
 		if (r->mp->top != r->mp->n)
-			die("mutex freelist: %u of %u blocks free after the run",
-			    r->mp->top, r->mp->n);
+			bench_die("mutex freelist: %u of %u blocks free after "
+				  "the run",
+				  r->mp->top, r->mp->n);
 		for (uint32_t i = 0; i < r->mp->n; i++)
 			if (r->mp->refcnt[i] != 0)
-				die("mutex freelist: block %u still used", i);
+				bench_die("mutex freelist: block %u still used",
+					  i);
 		pthread_mutex_destroy(&r->mp->lock);
 		free(r->mp->stack);
 		free(r->mp->refcnt);
@@ -778,9 +584,10 @@ static double measure(enum peer p, enum workload w, unsigned nthreads,
 	case P_BARE:
 		for (unsigned i = 0; i < nthreads; i++)
 			if (r->thr[i].bare_top != r->thr[i].bare_cap)
-				die("bare array: thread %u ended with %u of "
-				    "%u ids",
-				    i, r->thr[i].bare_top, r->thr[i].bare_cap);
+				bench_die("bare array: thread %u ended with %u "
+					  "of %u ids",
+					  i, r->thr[i].bare_top,
+					  r->thr[i].bare_cap);
 		free(bare_mem);
 		break;
 	case P_JEMALLOC:
@@ -788,10 +595,11 @@ static double measure(enum peer p, enum workload w, unsigned nthreads,
 		break;
 	}
 	if (ops == 0)
-		die("%s %s %u threads: no operation completed in %.3f s",
-		    wl_name[w], peer_name[p], nthreads, o->seconds);
+		bench_die("%s %s %u threads: no operation completed in %.3f s",
+			  wl_name[w], peer_name[p], nthreads,
+			  o->common.seconds);
 
-	pthread_barrier_destroy(&r->start);
+	bench_sync_destroy(&r->sync);
 	free(r->thr);
 	free(r);
 	free(tids);
@@ -816,138 +624,41 @@ static void usage(FILE *f)
 		"  --csv FILE      also write every cell as CSV:\n"
 		"                  workload,peer,threads,rep_median_mops,"
 		"ns_per_block\n",
-		DEFAULT_SECONDS, DEFAULT_REPS, DEFAULT_BLOCKS);
+		BENCH_DEFAULT_SECONDS, BENCH_DEFAULT_REPS, DEFAULT_BLOCKS);
 }
 
-static unsigned long parse_ulong(const char *opt, const char *s,
-				 unsigned long lo, unsigned long hi)
+static bool parse_opt(void *ctx, const char *name, const char *val)
 {
-	char *end;
-	unsigned long v;
+	struct opts *o = ctx;
 
-	errno = 0;
-	v = strtoul(s, &end, 10);
-	if (errno || end == s || *end || s[0] == '-' || v < lo || v > hi) {
-		fprintf(stderr, "bench_pool: %s: expected an integer in "
-				"[%lu, %lu], got '%s'\n",
-			opt, lo, hi, s);
-		exit(2);
-	}
-	return v;
-}
-
-static void parse_threads(struct opts *o, const char *s)
-{
-	char *copy = strdup(s), *save = NULL, *tok;
-
-	if (!copy)
-		die("out of memory");
-	o->nthreads_list = 0;
-	for (tok = strtok_r(copy, ",", &save); tok;
-	     tok = strtok_r(NULL, ",", &save)) {
-		if (o->nthreads_list == MAX_THREADS) {
-			fprintf(stderr, "bench_pool: --threads: too many "
-					"entries\n");
-			exit(2);
-		}
-		o->threads[o->nthreads_list++] =
-			(unsigned)parse_ulong("--threads", tok, 1, MAX_THREADS);
-	}
-	free(copy);
-	if (o->nthreads_list == 0) {
-		fprintf(stderr, "bench_pool: --threads: empty list\n");
-		exit(2);
-	}
+	if (!strcmp(name, "--cache"))
+		o->cache = (uint32_t)bench_parse_ulong(name, val, 0,
+						       KVP_MAX_CACHE_BLOCKS);
+	else if (!strcmp(name, "--blocks"))
+		o->blocks = (uint32_t)bench_parse_ulong(name, val, 1,
+							KVP_MAX_BLOCKS);
+	else
+		return false;
+	return true;
 }
 
 static void parse_args(struct opts *o, int argc, char **argv)
 {
-	memset(o, 0, sizeof(*o));
-	o->threads[0] = 1;
-	o->threads[1] = 2;
-	o->threads[2] = 8;
-	o->nthreads_list = 3;
-	o->seconds = DEFAULT_SECONDS;
-	o->reps = DEFAULT_REPS;
 	o->cache = 0;
 	o->blocks = DEFAULT_BLOCKS;
-
-	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i], *val = NULL;
-		const char *eq;
-		char name[32];
-		size_t len;
-
-		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-			usage(stdout);
-			exit(0);
-		}
-		if (strncmp(a, "--", 2) != 0) {
-			fprintf(stderr, "bench_pool: unexpected argument '%s'\n",
-				a);
-			usage(stderr);
-			exit(2);
-		}
-		eq = strchr(a, '=');
-		len = eq ? (size_t)(eq - a) : strlen(a);
-		if (len >= sizeof(name)) {
-			fprintf(stderr, "bench_pool: unknown option '%s'\n", a);
-			exit(2);
-		}
-		memcpy(name, a, len);
-		name[len] = '\0';
-		if (eq)
-			val = eq + 1;
-		else if (i + 1 < argc)
-			val = argv[++i];
-		else {
-			fprintf(stderr, "bench_pool: %s needs a value\n", name);
-			exit(2);
-		}
-
-		if (!strcmp(name, "--threads")) {
-			parse_threads(o, val);
-		} else if (!strcmp(name, "--seconds")) {
-			char *end;
-
-			errno = 0;
-			o->seconds = strtod(val, &end);
-			if (errno || end == val || *end || !(o->seconds > 0) ||
-			    o->seconds > 3600) {
-				fprintf(stderr, "bench_pool: --seconds: "
-						"expected a number in (0, "
-						"3600], got '%s'\n",
-					val);
-				exit(2);
-			}
-		} else if (!strcmp(name, "--reps")) {
-			o->reps = (unsigned)parse_ulong(name, val, 1, MAX_REPS);
-		} else if (!strcmp(name, "--cache")) {
-			o->cache = (uint32_t)parse_ulong(name, val, 0,
-							 KVP_MAX_CACHE_BLOCKS);
-		} else if (!strcmp(name, "--blocks")) {
-			o->blocks = (uint32_t)parse_ulong(name, val, 1,
-							  KVP_MAX_BLOCKS);
-		} else if (!strcmp(name, "--csv")) {
-			o->csv = val;
-		} else {
-			fprintf(stderr, "bench_pool: unknown option '%s'\n",
-				name);
-			usage(stderr);
-			exit(2);
-		}
-	}
+	bench_parse_args(&o->common, argc, argv, usage, parse_opt, o);
 
 	/* Every thread holds up to RING_SLOTS batches; the bare array needs
 	 * them in its own share, the shared pools a comfortable margin. */
-	for (unsigned i = 0; i < o->nthreads_list; i++) {
-		uint64_t need = (uint64_t)o->threads[i] * RING_SLOTS * MAX_BATCH;
+	for (unsigned i = 0; i < o->common.nthreads_list; i++) {
+		uint64_t need =
+			(uint64_t)o->common.threads[i] * RING_SLOTS * MAX_BATCH;
 
 		if ((uint64_t)o->blocks < 2 * need) {
 			fprintf(stderr,
 				"bench_pool: --blocks %u is too small for %u "
 				"threads (need at least %llu)\n",
-				o->blocks, o->threads[i],
+				o->blocks, o->common.threads[i],
 				(unsigned long long)(2 * need));
 			exit(2);
 		}
@@ -955,43 +666,6 @@ static void parse_args(struct opts *o, int argc, char **argv)
 }
 
 /* ---------------------------------------------------------------- report */
-
-/* results[w][thread index][peer]: median Mops/s, 0 = not measured;
- * others[...]: the largest share of CPU other processes took during one of
- * the cell's measurements (-1 = unknown). */
-static double *results, *others_res;
-static unsigned res_nthreads;
-static unsigned n_noisy;
-
-#define NOISY_SHARE 0.10
-
-static size_t res_index(enum workload w, unsigned ti, enum peer p)
-{
-	return ((size_t)w * res_nthreads + ti) * NUM_PEERS + p;
-}
-
-static double *res(enum workload w, unsigned ti, enum peer p)
-{
-	return &results[res_index(w, ti, p)];
-}
-
-static double *res_others(enum workload w, unsigned ti, enum peer p)
-{
-	return &others_res[res_index(w, ti, p)];
-}
-
-static double ns_per_block(double mops, unsigned threads)
-{
-	return mops > 0 ? threads * 1e3 / mops : 0;
-}
-
-static int find_threads(const struct opts *o, unsigned n)
-{
-	for (unsigned i = 0; i < o->nthreads_list; i++)
-		if (o->threads[i] == n)
-			return (int)i;
-	return -1;
-}
 
 static void print_header(void)
 {
@@ -1006,25 +680,17 @@ static void print_header(void)
 static void print_group(enum workload w, unsigned ti, unsigned threads)
 {
 	for (int p = 0; p < NUM_PEERS; p++) {
-		double m = *res(w, ti, (enum peer)p);
+		double m = *bench_res(w, ti, p);
 
 		if (!peer_enabled((enum peer)p))
 			continue;
-		double oth = *res_others(w, ti, (enum peer)p);
-
 		printf("%-8s %4u  %-28s %9.2f %11.2f", wl_name[w], threads,
-		       peer_name[p], m, ns_per_block(m, threads));
-		if (oth < 0) {
-			printf(" %8s", "?");
-		} else {
-			printf(" %6.0f%%%c", 100 * oth,
-			       oth > NOISY_SHARE ? '!' : ' ');
-			n_noisy += oth > NOISY_SHARE;
-		}
+		       peer_name[p], m, bench_ns_per_op(m, threads));
+		bench_print_others(*bench_res_others(w, ti, p));
 		if (p == P_KVPOOL) {
-			double mu = *res(w, ti, P_MUTEX);
-			double nc = *res(w, ti, P_NOCACHE);
-			double ba = *res(w, ti, P_BARE);
+			double mu = *bench_res(w, ti, P_MUTEX);
+			double nc = *bench_res(w, ti, P_NOCACHE);
+			double ba = *bench_res(w, ti, P_BARE);
 
 			printf(" %8.2fx %9.2fx %9.2fx", m / mu, m / nc,
 			       ba / m);
@@ -1035,56 +701,44 @@ static void print_group(enum workload w, unsigned ti, unsigned threads)
 	fflush(stdout);
 }
 
-static unsigned n_pass, n_fail, n_skip;
-
-static void verdict(bool ok, const char *label)
-{
-	printf("  [%s] %s\n", ok ? "PASS" : "FAIL", label);
-	if (ok)
-		n_pass++;
-	else
-		n_fail++;
-}
-
 static void print_targets(const struct opts *o)
 {
-	int t1 = find_threads(o, 1), t2 = find_threads(o, 2),
-	    t8 = find_threads(o, 8);
+	int t1 = bench_find_threads(&o->common, 1),
+	    t2 = bench_find_threads(&o->common, 2),
+	    t8 = bench_find_threads(&o->common, 8);
 	char line[512];
 
 	printf("targets\n");
 
 	/* (1) pair at 2 threads: kvpool >= 10x mutex free list. */
 	if (t2 < 0) {
-		printf("  [SKIP] (1) pair, 2 threads: kvpool >= 10x mutex "
-		       "freelist (2 threads not measured)\n");
-		n_skip++;
+		bench_skip("(1) pair, 2 threads: kvpool >= 10x mutex freelist "
+			   "(2 threads not measured)");
 	} else {
-		double k = *res(WL_PAIR, (unsigned)t2, P_KVPOOL);
-		double m = *res(WL_PAIR, (unsigned)t2, P_MUTEX);
+		double k = *bench_res(WL_PAIR, (unsigned)t2, P_KVPOOL);
+		double m = *bench_res(WL_PAIR, (unsigned)t2, P_MUTEX);
 
 		snprintf(line, sizeof(line),
 			 "(1) pair, 2 threads: kvpool %.2f Mops/s >= 10 x "
 			 "mutex freelist %.2f Mops/s  (ratio %.2fx, need "
 			 ">= 10x)",
 			 k, m, k / m);
-		verdict(k >= 10 * m, line);
+		bench_verdict(k >= 10 * m, line);
 	}
 
 	/* (2) pair: kvpool at 8 threads >= 0.8x kvpool at 2 threads. */
 	if (t2 < 0 || t8 < 0) {
-		printf("  [SKIP] (2) pair: kvpool 8 threads >= 0.8x 2 threads "
-		       "(2 and 8 threads not both measured)\n");
-		n_skip++;
+		bench_skip("(2) pair: kvpool 8 threads >= 0.8x 2 threads (2 "
+			   "and 8 threads not both measured)");
 	} else {
-		double k8 = *res(WL_PAIR, (unsigned)t8, P_KVPOOL);
-		double k2 = *res(WL_PAIR, (unsigned)t2, P_KVPOOL);
+		double k8 = *bench_res(WL_PAIR, (unsigned)t8, P_KVPOOL);
+		double k2 = *bench_res(WL_PAIR, (unsigned)t2, P_KVPOOL);
 
 		snprintf(line, sizeof(line),
 			 "(2) pair: kvpool 8 threads %.2f Mops/s >= 0.8 x "
 			 "2 threads %.2f Mops/s  (ratio %.2f, need >= 0.80)",
 			 k8, k2, k8 / k2);
-		verdict(k8 >= 0.8 * k2, line);
+		bench_verdict(k8 >= 0.8 * k2, line);
 	}
 
 	/* (3) batch16 per-block cost: kvpool <= 3x bare array, 1 thread;
@@ -1095,15 +749,20 @@ static void print_targets(const struct opts *o)
 		double k, b;
 
 		if (ti < 0) {
-			printf("  [%s] (3) batch16, %u thread%s: kvpool cost "
-			       "<= 3x bare array (not measured)\n",
-			       pass ? "INFO" : "SKIP", n, n > 1 ? "s" : "");
-			if (!pass)
-				n_skip++;
+			snprintf(line, sizeof(line),
+				 "(3) batch16, %u thread%s: kvpool cost <= 3x "
+				 "bare array (not measured)",
+				 n, n > 1 ? "s" : "");
+			if (pass)
+				printf("  [INFO] %s\n", line);
+			else
+				bench_skip(line);
 			continue;
 		}
-		k = ns_per_block(*res(WL_BATCH16, (unsigned)ti, P_KVPOOL), n);
-		b = ns_per_block(*res(WL_BATCH16, (unsigned)ti, P_BARE), n);
+		k = bench_ns_per_op(
+			*bench_res(WL_BATCH16, (unsigned)ti, P_KVPOOL), n);
+		b = bench_ns_per_op(
+			*bench_res(WL_BATCH16, (unsigned)ti, P_BARE), n);
 		snprintf(line, sizeof(line),
 			 "(3) batch16, %u thread%s: kvpool %.2f ns/block <= "
 			 "3 x bare array %.2f ns/block  (ratio %.2fx, need "
@@ -1113,51 +772,27 @@ static void print_targets(const struct opts *o)
 			printf("  [INFO] %s: would %s\n", line,
 			       k <= 3 * b ? "PASS" : "FAIL");
 		else
-			verdict(k <= 3 * b, line);
+			bench_verdict(k <= 3 * b, line);
 	}
 
-	printf("targets: %u passed, %u FAILED, %u skipped\n", n_pass, n_fail,
-	       n_skip);
-	if (n_noisy)
-		printf("warning: %u cell%s marked '!' were measured while other "
-		       "processes took more than %.0f%% of the machine's CPU:\n"
-		       "         their numbers and the targets built on them are "
-		       "unreliable; rerun on an idle machine\n",
-		       n_noisy, n_noisy > 1 ? "s" : "", 100 * NOISY_SHARE);
+	bench_targets_summary();
 }
 
 static void write_csv(const struct opts *o, FILE *f)
 {
 	fprintf(f, "workload,peer,threads,rep_median_mops,ns_per_block\n");
 	for (int w = 0; w < NUM_WL; w++)
-		for (unsigned ti = 0; ti < o->nthreads_list; ti++)
+		for (unsigned ti = 0; ti < o->common.nthreads_list; ti++)
 			for (int p = 0; p < NUM_PEERS; p++) {
-				double m = *res((enum workload)w, ti,
-						(enum peer)p);
+				unsigned n = o->common.threads[ti];
+				double m = *bench_res(w, ti, p);
 
 				if (!peer_enabled((enum peer)p))
 					continue;
 				fprintf(f, "%s,%s,%u,%.4f,%.4f\n", wl_name[w],
-					peer_csv[p], o->threads[ti], m,
-					ns_per_block(m, o->threads[ti]));
+					peer_csv[p], n, m,
+					bench_ns_per_op(m, n));
 			}
-}
-
-static void report_busy(const char *when)
-{
-	unsigned long long b0, t0, b1, t1;
-	double frac;
-
-	if (!read_cpu_times(&b0, &t0))
-		return;
-	sleep_seconds(0.2);
-	if (!read_cpu_times(&b1, &t1) || t1 <= t0)
-		return;
-	frac = (double)(b1 - b0) / (double)(t1 - t0);
-	printf("  CPU busy %s (other processes): %.0f%%%s\n", when,
-	       100 * frac,
-	       frac > 0.10 ? "  <- the machine is not idle: numbers are noisy"
-			   : "");
 }
 
 /*
@@ -1166,30 +801,19 @@ static void report_busy(const char *when)
  * hit every peer alike, and stores the medians.
  */
 static void measure_group(enum workload w, unsigned ti, unsigned n,
-			  const struct opts *o, double *samples,
-			  double *sample_others)
+			  const struct opts *o)
 {
-	for (unsigned rep = 0; rep < o->reps; rep++)
-		for (int p = 0; p < NUM_PEERS; p++) {
-			size_t k = (size_t)p * o->reps + rep;
+	unsigned reps = o->common.reps;
 
+	for (unsigned rep = 0; rep < reps; rep++)
+		for (int p = 0; p < NUM_PEERS; p++)
 			if (peer_enabled((enum peer)p))
-				samples[k] = measure((enum peer)p, w, n, o,
-						     &sample_others[k]);
-		}
-	for (int p = 0; p < NUM_PEERS; p++) {
-		const double *oth = sample_others + (size_t)p * o->reps;
-		double worst = 0;
-
-		if (!peer_enabled((enum peer)p))
-			continue;
-		*res(w, ti, (enum peer)p) =
-			median(samples + (size_t)p * o->reps, o->reps);
-		for (unsigned rep = 0; rep < o->reps && worst >= 0; rep++)
-			worst = oth[rep] < 0 ? -1 : oth[rep] > worst ? oth[rep]
-								: worst;
-		*res_others(w, ti, (enum peer)p) = worst;
-	}
+				*bench_sample(p, rep) =
+					measure((enum peer)p, w, n, o,
+						bench_sample_others(p, rep));
+	for (int p = 0; p < NUM_PEERS; p++)
+		if (peer_enabled((enum peer)p))
+			bench_res_store(w, ti, p);
 }
 
 /* ------------------------------------------------------------------ main */
@@ -1197,32 +821,19 @@ static void measure_group(enum workload w, unsigned ti, unsigned n,
 int main(int argc, char **argv)
 {
 	struct opts o;
-	FILE *csv = NULL;
-	double *samples, *sample_others;
+	const struct bench_opts *c = &o.common;
+	FILE *csv;
 	unsigned npeers = 0;
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
 	struct kvp_pool_stats st;
 	struct kvp_pool *probe;
 
 	parse_args(&o, argc, argv);
-	if (o.csv) {
-		csv = fopen(o.csv, "w");
-		if (!csv) {
-			fprintf(stderr, "bench_pool: %s: %s\n", o.csv,
-				strerror(errno));
-			return 2;
-		}
-	}
+	csv = bench_csv_open(c->csv);
 	for (int p = 0; p < NUM_PEERS; p++)
 		npeers += peer_enabled((enum peer)p);
 
-	res_nthreads = o.nthreads_list;
-	results = xcalloc((size_t)NUM_WL * o.nthreads_list * NUM_PEERS,
-			  sizeof(double));
-	others_res = xcalloc((size_t)NUM_WL * o.nthreads_list * NUM_PEERS,
-			     sizeof(double));
-	samples = xcalloc((size_t)NUM_PEERS * o.reps, sizeof(double));
-	sample_others = xcalloc((size_t)NUM_PEERS * o.reps, sizeof(double));
+	bench_res_init(NUM_WL, c->nthreads_list, NUM_PEERS, c->reps);
 
 	/* What the automatic cache size resolves to on this machine. */
 	probe = make_pool(&o, false);
@@ -1236,48 +847,36 @@ int main(int argc, char **argv)
 	       o.blocks, st.cache_blocks, o.cache ? "--cache" : "automatic");
 	printf("  %u live allocations per thread (ring), %.2f s per "
 	       "measurement, median of %u reps, %u peers%s\n",
-	       RING, o.seconds, o.reps, npeers,
+	       RING, c->seconds, c->reps, npeers,
 	       HAVE_JEMALLOC_PEER ? "" : " (built without jemalloc)");
-	report_busy("before the run");
+	bench_report_busy("before the run");
 	printf("  estimated run time: %.0f s\n",
-	       NUM_WL * o.nthreads_list * npeers * o.reps * o.seconds);
+	       NUM_WL * c->nthreads_list * npeers * c->reps * c->seconds);
 	printf("  Mops/s: blocks allocated+freed per second, all threads; "
 	       "ns/blk/thr = threads * 1e3 / Mops\n");
 	printf("  x mutex, x nocache: kvpool throughput / that peer's "
 	       "(higher is better)\n");
 	printf("  cost/bare: kvpool ns per block / bare thread-local array ns "
 	       "per block (lower is better, 1 = the physical limit)\n");
-	printf("  others: most CPU other processes took during a measurement "
-	       "of the cell ('!' above %.0f%%: unreliable)\n\n",
-	       100 * NOISY_SHARE);
+	bench_print_others_legend();
 	print_header();
 	fflush(stdout);
 
 	for (int w = 0; w < NUM_WL; w++) {
-		for (unsigned ti = 0; ti < o.nthreads_list; ti++) {
-			unsigned n = o.threads[ti];
+		for (unsigned ti = 0; ti < c->nthreads_list; ti++) {
+			unsigned n = c->threads[ti];
 
-			measure_group((enum workload)w, ti, n, &o, samples,
-				      sample_others);
+			measure_group((enum workload)w, ti, n, &o);
 			print_group((enum workload)w, ti, n);
 		}
 	}
 
 	print_targets(&o);
-	report_busy("after the run");
+	bench_report_busy("after the run");
 
-	if (csv) {
+	if (csv)
 		write_csv(&o, csv);
-		if (fclose(csv) != 0) {
-			fprintf(stderr, "bench_pool: %s: %s\n", o.csv,
-				strerror(errno));
-			return 2;
-		}
-		printf("CSV written to %s\n", o.csv);
-	}
-	free(samples);
-	free(sample_others);
-	free(others_res);
-	free(results);
+	bench_csv_close(csv, c->csv);
+	bench_res_free();
 	return 0;
 }

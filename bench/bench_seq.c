@@ -96,17 +96,16 @@
 
 #include <errno.h>
 #include <pthread.h>
-#include <stdarg.h>
-#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <kvpool.h>
+
+#include "bench_common.h"
 
 /* ------------------------------------------------------------ parameters */
 
@@ -114,13 +113,8 @@
 #define MAX_TOKENS 2048u /* a decoding sequence is recycled at this length */
 #define WARMUP_DECODE 4096u /* appends per thread before the barrier */
 #define WARMUP_FORK 512u    /* fork cycles per thread before the barrier */
-#define MAX_THREADS 256
-#define MAX_REPS 1000
 #define MAX_SEQS (1u << 20)
-#define CACHE_LINE 64
 
-#define DEFAULT_SECONDS 0.3
-#define DEFAULT_REPS 5
 #define DEFAULT_SEQS 1024u
 #define DEFAULT_PROMPT 100u
 
@@ -137,101 +131,14 @@ enum peer { P_KVPOOL, P_MUTEX, NUM_PEERS };
 static const char *const peer_name[NUM_PEERS] = {"kvpool", "mutex-hashmap"};
 
 struct opts {
-	unsigned threads[MAX_THREADS];
-	unsigned nthreads_list;
-	double seconds;
-	unsigned reps;
+	struct bench_opts common; /* --threads, --seconds, --reps, --csv */
 	uint32_t seqs;
 	uint32_t prompt;
-	const char *csv;
 };
 
+const char bench_prog[] = "bench_seq";
+
 /* --------------------------------------------------------------- helpers */
-
-__attribute__((noreturn, cold, format(printf, 1, 2))) static void
-die(const char *fmt, ...)
-{
-	va_list ap;
-
-	fflush(stdout);
-	fputs("bench_seq: ", stderr);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-	abort();
-}
-
-static int64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-static void sleep_seconds(double s)
-{
-	struct timespec ts;
-	int64_t deadline;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	deadline = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec +
-		   (int64_t)(s * 1e9);
-	ts.tv_sec = deadline / 1000000000;
-	ts.tv_nsec = deadline % 1000000000;
-	while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) ==
-	       EINTR)
-		;
-}
-
-static void atomic_min_i64(_Atomic int64_t *a, int64_t v)
-{
-	int64_t cur = atomic_load_explicit(a, memory_order_relaxed);
-
-	while (v < cur && !atomic_compare_exchange_weak_explicit(
-				  a, &cur, v, memory_order_relaxed,
-				  memory_order_relaxed))
-		;
-}
-
-static void atomic_max_i64(_Atomic int64_t *a, int64_t v)
-{
-	int64_t cur = atomic_load_explicit(a, memory_order_relaxed);
-
-	while (v > cur && !atomic_compare_exchange_weak_explicit(
-				  a, &cur, v, memory_order_relaxed,
-				  memory_order_relaxed))
-		;
-}
-
-static void *xcalloc(size_t n, size_t size)
-{
-	void *p = calloc(n, size);
-
-	if (!p)
-		die("out of memory");
-	return p;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return (x > y) - (x < y);
-}
-
-static double median(const double *v, unsigned n)
-{
-	double *s = xcalloc(n, sizeof(*s));
-	double m;
-
-	memcpy(s, v, n * sizeof(*s));
-	qsort(s, n, sizeof(*s), cmp_double);
-	m = n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
-	free(s);
-	return m;
-}
 
 static inline uint32_t ceil_div(uint64_t a, uint32_t b)
 {
@@ -261,7 +168,7 @@ struct mm_slot {
 /* Everything below `lock` is protected by it; the hot counters share its
  * cache line, so a critical section moves as few lines as possible. */
 struct mutex_mgr {
-	_Alignas(CACHE_LINE) pthread_mutex_t lock;
+	_Alignas(BENCH_CACHE_LINE) pthread_mutex_t lock;
 	uint64_t mask;	/* map capacity - 1 (a power of two) */
 	uint64_t count; /* sequences in the map */
 	uint64_t clock; /* logical access clock */
@@ -652,7 +559,7 @@ struct run;
 
 /* Per-thread slot, one cache line or more, written by its thread only. */
 struct thr {
-	_Alignas(CACHE_LINE) struct run *run;
+	_Alignas(BENCH_CACHE_LINE) struct run *run;
 	unsigned tid;
 	uint64_t ops;	       /* ops in the timed window */
 	uint64_t appends;      /* successful appends, warm-up included */
@@ -668,20 +575,12 @@ struct run {
 	unsigned nthreads;
 	uint32_t per_thread; /* S: sequences each thread owns */
 	uint32_t prompt;
-	pthread_barrier_t start;
 	struct kvp_pool *pool;
 	struct kvp_manager *mgr;
 	struct mutex_mgr *mm;
 	struct thr *thr;
-	_Alignas(CACHE_LINE) _Atomic int stop;
-	_Alignas(CACHE_LINE) _Atomic int64_t t0; /* min over barrier exits */
-	_Atomic int64_t t1;			  /* max over loop exits */
+	struct bench_sync sync;
 };
-
-static void run_started(struct run *r)
-{
-	atomic_min_i64(&r->t0, now_ns());
-}
 
 /* ------------------------------------------------ checked operations */
 
@@ -700,9 +599,9 @@ ALWAYS_INLINE void op_create(struct thr *t, bool kv, uint64_t id,
 		    : mm_create(r->mm, id, ntok);
 
 	if (__builtin_expect(rc != 0, 0))
-		die("%s: seq_create(%#llx, %u) failed: %s",
-		    peer_name[r->peer], (unsigned long long)id, ntok,
-		    kvp_strerror(rc));
+		bench_die("%s: seq_create(%#llx, %u) failed: %s",
+			  peer_name[r->peer], (unsigned long long)id, ntok,
+			  kvp_strerror(rc));
 	t->creates++;
 }
 
@@ -716,20 +615,23 @@ ALWAYS_INLINE void op_append1(struct thr *t, bool kv, uint64_t id,
 		    : mm_append(r->mm, id, 1, cow, 1, &ncow);
 
 	if (__builtin_expect(rc != 0, 0))
-		die("%s: seq_append(%#llx, 1) failed: %s", peer_name[r->peer],
-		    (unsigned long long)id, kvp_strerror(rc));
+		bench_die("%s: seq_append(%#llx, 1) failed: %s",
+			  peer_name[r->peer], (unsigned long long)id,
+			  kvp_strerror(rc));
 	if (__builtin_expect(ncow != expect_cow, 0))
-		die("%s: seq_append(%#llx, 1) reported %u copies, expected %u",
-		    peer_name[r->peer], (unsigned long long)id, ncow,
-		    expect_cow);
+		bench_die("%s: seq_append(%#llx, 1) reported %u copies, "
+			  "expected %u",
+			  peer_name[r->peer], (unsigned long long)id, ncow,
+			  expect_cow);
 	if (expect_cow &&
 	    __builtin_expect(cow[0].tokens != cow_tokens ||
 				     cow[0].src == cow[0].dst,
 			     0))
-		die("%s: seq_append(%#llx, 1) reported the copy {%u -> %u, %u "
-		    "tokens}, expected %u tokens between distinct blocks",
-		    peer_name[r->peer], (unsigned long long)id, cow[0].src,
-		    cow[0].dst, cow[0].tokens, cow_tokens);
+		bench_die("%s: seq_append(%#llx, 1) reported the copy {%u -> "
+			  "%u, %u tokens}, expected %u tokens between distinct "
+			  "blocks",
+			  peer_name[r->peer], (unsigned long long)id,
+			  cow[0].src, cow[0].dst, cow[0].tokens, cow_tokens);
 	t->appends++;
 	t->cows += ncow;
 }
@@ -742,9 +644,9 @@ ALWAYS_INLINE void op_fork(struct thr *t, bool kv, uint64_t src,
 		    : mm_fork(r->mm, src, dst);
 
 	if (__builtin_expect(rc != 0, 0))
-		die("%s: seq_fork(%#llx, %#llx) failed: %s",
-		    peer_name[r->peer], (unsigned long long)src,
-		    (unsigned long long)dst, kvp_strerror(rc));
+		bench_die("%s: seq_fork(%#llx, %#llx) failed: %s",
+			  peer_name[r->peer], (unsigned long long)src,
+			  (unsigned long long)dst, kvp_strerror(rc));
 	t->forks++;
 }
 
@@ -754,8 +656,8 @@ ALWAYS_INLINE void op_free(struct thr *t, bool kv, uint64_t id)
 	int rc = kv ? kvp_seq_free(r->mgr, id) : mm_free(r->mm, id);
 
 	if (__builtin_expect(rc != 0, 0))
-		die("%s: seq_free(%#llx) failed: %s", peer_name[r->peer],
-		    (unsigned long long)id, kvp_strerror(rc));
+		bench_die("%s: seq_free(%#llx) failed: %s", peer_name[r->peer],
+			  (unsigned long long)id, kvp_strerror(rc));
 	t->frees++;
 }
 
@@ -770,7 +672,7 @@ ALWAYS_INLINE void *decode_body(struct thr *t, const bool kv)
 {
 	struct run *r = t->run;
 	const uint32_t S = r->per_thread, P = r->prompt;
-	uint32_t *ntok = xcalloc(S, sizeof(*ntok));
+	uint32_t *ntok = bench_xcalloc(S, sizeof(*ntok));
 	uint64_t ops = 0;
 	uint32_t i = 0;
 
@@ -796,14 +698,13 @@ ALWAYS_INLINE void *decode_body(struct thr *t, const bool kv)
 
 	for (uint32_t w = 0; w < WARMUP_DECODE; w++)
 		DECODE_ONE();
-	pthread_barrier_wait(&r->start);
-	run_started(r);
-	while (!atomic_load_explicit(&r->stop, memory_order_relaxed)) {
+	bench_sync_start(&r->sync);
+	while (!bench_sync_stopped(&r->sync)) {
 		DECODE_ONE();
 		ops++;
 	}
 #undef DECODE_ONE
-	atomic_max_i64(&r->t1, now_ns());
+	bench_sync_done(&r->sync);
 	t->ops = ops;
 	for (uint32_t j = 0; j < S; j++)
 		op_free(t, kv, seq_id(t->tid, j));
@@ -837,14 +738,13 @@ ALWAYS_INLINE void *fork_body(struct thr *t, const bool kv)
 
 	for (uint32_t w = 0; w < WARMUP_FORK; w++)
 		FORK_ONE();
-	pthread_barrier_wait(&r->start);
-	run_started(r);
-	while (!atomic_load_explicit(&r->stop, memory_order_relaxed)) {
+	bench_sync_start(&r->sync);
+	while (!bench_sync_stopped(&r->sync)) {
 		FORK_ONE();
 		ops++;
 	}
 #undef FORK_ONE
-	atomic_max_i64(&r->t1, now_ns());
+	bench_sync_done(&r->sync);
 	t->ops = ops;
 	for (uint32_t j = 0; j < S; j++)
 		op_free(t, kv, seq_id(t->tid, j));
@@ -880,72 +780,6 @@ static worker_fn worker_for(enum peer p, enum workload w)
 	return p == P_KVPOOL ? fork_kvp : fork_mtx;
 }
 
-/* ------------------------------------------------------ machine noise */
-
-/*
- * Other processes on the machine skew every number.  /proc/stat (Linux)
- * gives the machine's busy and total CPU time in clock ticks; minus this
- * process's own CPU time it gives what other processes took.
- */
-static bool read_cpu_times(unsigned long long *busy,
-			   unsigned long long *total)
-{
-	unsigned long long v[8] = {0};
-	FILE *f = fopen("/proc/stat", "r");
-	int n;
-
-	if (!f)
-		return false;
-	n = fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0],
-		   &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7]);
-	fclose(f);
-	if (n < 5)
-		return false;
-	*total = 0;
-	for (int i = 0; i < 8; i++)
-		*total += v[i];
-	*busy = *total - v[3] - v[4]; /* minus idle and iowait */
-	return true;
-}
-
-static int64_t process_cpu_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-struct cpu_sample {
-	bool ok;
-	unsigned long long busy, total; /* ticks, all CPUs */
-	int64_t self_ns;		/* this process's CPU time */
-};
-
-static void cpu_sample(struct cpu_sample *c)
-{
-	c->self_ns = process_cpu_ns();
-	c->ok = read_cpu_times(&c->busy, &c->total);
-}
-
-/* Share of the machine's CPU time other processes used between a and b,
- * 0..1, or -1 if unknown. */
-static double others_share(const struct cpu_sample *a,
-			   const struct cpu_sample *b)
-{
-	double tick_ns = 1e9 / (double)sysconf(_SC_CLK_TCK);
-	double total, others;
-
-	if (!a->ok || !b->ok || b->total <= a->total)
-		return -1;
-	total = (double)(b->total - a->total) * tick_ns;
-	others = (double)(b->busy - a->busy) * tick_ns -
-		 (double)(b->self_ns - a->self_ns);
-	if (others < 0)
-		others = 0;
-	return others / total;
-}
-
 /* ----------------------------------------------------------- measurement */
 
 static uint32_t per_thread(const struct opts *o, unsigned nthreads)
@@ -964,8 +798,8 @@ static uint32_t pool_blocks(const struct opts *o, unsigned nthreads)
 	uint64_t n = 2 * seqs * ceil_div(MAX_TOKENS, BLOCK_TOKENS);
 
 	if (n > KVP_MAX_BLOCKS)
-		die("%llu sequences need more than KVP_MAX_BLOCKS blocks",
-		    (unsigned long long)seqs);
+		bench_die("%llu sequences need more than KVP_MAX_BLOCKS blocks",
+			  (unsigned long long)seqs);
 	return (uint32_t)n;
 }
 
@@ -984,8 +818,8 @@ static struct kvp_pool *make_pool(uint32_t nblocks)
 	cfg.flags = 0;
 	rc = kvp_pool_create(&cfg, &pool);
 	if (rc != 0)
-		die("kvp_pool_create(num_blocks=%u) failed: %s", nblocks,
-		    kvp_strerror(rc));
+		bench_die("kvp_pool_create(num_blocks=%u) failed: %s", nblocks,
+			  kvp_strerror(rc));
 	return pool;
 }
 
@@ -1000,7 +834,7 @@ static struct kvp_manager *make_manager(struct kvp_pool *pool)
 	cfg.policy = KVP_EVICT_LRU;
 	rc = kvp_manager_create(&cfg, &m);
 	if (rc != 0)
-		die("kvp_manager_create failed: %s", kvp_strerror(rc));
+		bench_die("kvp_manager_create failed: %s", kvp_strerror(rc));
 	return m;
 }
 
@@ -1016,21 +850,24 @@ static void check_kvpool(struct run *r, const struct totals *tot)
 	int rc = kvp_manager_check(r->mgr);
 
 	if (rc != 0)
-		die("kvpool %s %u threads: kvp_manager_check failed after the "
-		    "run: %s",
-		    wl_name[r->wl], r->nthreads, kvp_strerror(rc));
+		bench_die("kvpool %s %u threads: kvp_manager_check failed "
+			  "after the run: %s",
+			  wl_name[r->wl], r->nthreads, kvp_strerror(rc));
 	memset(&ms, 0, sizeof(ms));
 	kvp_manager_stats(r->mgr, &ms);
 	if (ms.sequences != 0)
-		die("kvpool %s: %llu sequences left after every one was freed",
-		    wl_name[r->wl], (unsigned long long)ms.sequences);
+		bench_die("kvpool %s: %llu sequences left after every one was "
+			  "freed",
+			  wl_name[r->wl], (unsigned long long)ms.sequences);
 	memset(&ps, 0, sizeof(ps));
 	kvp_pool_stats(r->pool, &ps);
 	if (ps.free != ps.total || ps.used != 0)
-		die("kvpool %s: after the run %llu of %llu blocks are free "
-		    "(used %llu): blocks leaked",
-		    wl_name[r->wl], (unsigned long long)ps.free,
-		    (unsigned long long)ps.total, (unsigned long long)ps.used);
+		bench_die(
+			"kvpool %s: after the run %llu of %llu blocks are free "
+			"(used %llu): blocks leaked",
+			wl_name[r->wl], (unsigned long long)ps.free,
+			(unsigned long long)ps.total,
+			(unsigned long long)ps.used);
 	if (ms.appends != tot->appends || ms.forks != tot->forks ||
 	    ms.cow_copies != tot->cows || ms.seq_creates != tot->creates ||
 	    ms.seq_frees != tot->frees || ms.evictions != 0)
@@ -1056,21 +893,23 @@ static void check_mutex(struct run *r)
 	struct mutex_mgr *m = r->mm;
 
 	if (m->count != 0)
-		die("mutex-hashmap %s: %llu sequences left after every one "
-		    "was freed",
-		    wl_name[r->wl], (unsigned long long)m->count);
+		bench_die(
+			"mutex-hashmap %s: %llu sequences left after every one "
+			"was freed",
+			wl_name[r->wl], (unsigned long long)m->count);
 	for (uint64_t i = 0; i <= m->mask; i++)
 		if (m->slots[i].seq)
-			die("mutex-hashmap %s: map slot %llu still used",
-			    wl_name[r->wl], (unsigned long long)i);
+			bench_die("mutex-hashmap %s: map slot %llu still used",
+				  wl_name[r->wl], (unsigned long long)i);
 	if (m->top != m->nblocks)
-		die("mutex-hashmap %s: %u of %u blocks free after the run",
-		    wl_name[r->wl], m->top, m->nblocks);
+		bench_die(
+			"mutex-hashmap %s: %u of %u blocks free after the run",
+			wl_name[r->wl], m->top, m->nblocks);
 	for (uint32_t i = 0; i < m->nblocks; i++)
 		if (m->refcnt[i] != 0)
-			die("mutex-hashmap %s: block %u still has %u "
-			    "references",
-			    wl_name[r->wl], i, m->refcnt[i]);
+			bench_die("mutex-hashmap %s: block %u still has %u "
+				  "references",
+				  wl_name[r->wl], i, m->refcnt[i]);
 }
 
 /* Runs one measurement and returns Mops/s; stores in *others the share of
@@ -1078,71 +917,48 @@ static void check_mutex(struct run *r)
 static double measure(enum peer p, enum workload w, unsigned nthreads,
 		      const struct opts *o, double *others)
 {
-	struct cpu_sample c0, c1;
 	struct run *r;
-	pthread_t *tids = xcalloc(nthreads, sizeof(*tids));
+	pthread_t *tids = bench_xcalloc(nthreads, sizeof(*tids));
 	worker_fn fn = worker_for(p, w);
 	uint32_t nblocks = pool_blocks(o, nthreads);
 	struct totals tot;
 	double mops;
-	int64_t elapsed;
 	int rc;
 
-	r = aligned_alloc(CACHE_LINE, (sizeof(*r) + CACHE_LINE - 1) /
-					      CACHE_LINE * CACHE_LINE);
-	if (!r)
-		die("out of memory");
-	memset(r, 0, sizeof(*r));
+	r = bench_aligned_zalloc(sizeof(*r));
 	r->peer = p;
 	r->wl = w;
 	r->nthreads = nthreads;
 	r->per_thread = per_thread(o, nthreads);
 	r->prompt = o->prompt;
-	atomic_init(&r->stop, 0);
-	atomic_init(&r->t0, INT64_MAX);
-	atomic_init(&r->t1, 0);
-	r->thr = aligned_alloc(CACHE_LINE, nthreads * sizeof(struct thr));
-	if (!r->thr)
-		die("out of memory");
-	memset(r->thr, 0, nthreads * sizeof(struct thr));
+	r->thr = bench_aligned_zalloc(nthreads * sizeof(struct thr));
 
 	if (p == P_KVPOOL) {
 		r->pool = make_pool(nblocks);
 		r->mgr = make_manager(r->pool);
 	} else {
-		r->mm = aligned_alloc(CACHE_LINE, sizeof(*r->mm));
+		r->mm = aligned_alloc(BENCH_CACHE_LINE, sizeof(*r->mm));
 		if (!r->mm)
-			die("out of memory");
+			bench_die("out of memory");
 		rc = mm_init(r->mm, nblocks, BLOCK_TOKENS,
 			     (uint64_t)r->per_thread * nthreads + nthreads);
 		if (rc != 0)
-			die("mutex-hashmap: init failed: %s", strerror(-rc));
+			bench_die("mutex-hashmap: init failed: %s",
+				  strerror(-rc));
 	}
 
-	rc = pthread_barrier_init(&r->start, NULL, nthreads + 1);
-	if (rc != 0)
-		die("pthread_barrier_init: %s", strerror(rc));
+	bench_sync_init(&r->sync, nthreads);
 	for (unsigned i = 0; i < nthreads; i++) {
 		r->thr[i].run = r;
 		r->thr[i].tid = i;
-		rc = pthread_create(&tids[i], NULL, fn, &r->thr[i]);
-		if (rc != 0)
-			die("pthread_create: %s", strerror(rc));
+		bench_thread_create(&tids[i], fn, &r->thr[i]);
 	}
-	pthread_barrier_wait(&r->start);
-	run_started(r);
-	cpu_sample(&c0);
-	sleep_seconds(o->seconds);
-	cpu_sample(&c1);
-	atomic_store_explicit(&r->stop, 1, memory_order_relaxed);
-	*others = others_share(&c0, &c1);
+	*others = bench_sync_window(&r->sync, o->common.seconds);
 	memset(&tot, 0, sizeof(tot));
 	for (unsigned i = 0; i < nthreads; i++) {
 		const struct thr *t = &r->thr[i];
 
-		rc = pthread_join(tids[i], NULL);
-		if (rc != 0)
-			die("pthread_join: %s", strerror(rc));
+		bench_thread_join(tids[i]);
 		tot.ops += t->ops;
 		tot.appends += t->appends;
 		tot.forks += t->forks;
@@ -1150,17 +966,15 @@ static double measure(enum peer p, enum workload w, unsigned nthreads,
 		tot.creates += t->creates;
 		tot.frees += t->frees;
 	}
-	elapsed = atomic_load(&r->t1) - atomic_load(&r->t0);
-	if (elapsed <= 0)
-		elapsed = 1;
-	mops = (double)tot.ops * 1e3 / (double)elapsed;
+	mops = bench_sync_mops(&r->sync, tot.ops);
 
 	/* Verify: every sequence is gone, every block is back. */
 	if (tot.creates + tot.forks != tot.frees)
-		die("%s %s: %llu creates + %llu forks but %llu frees",
-		    peer_name[p], wl_name[w], (unsigned long long)tot.creates,
-		    (unsigned long long)tot.forks,
-		    (unsigned long long)tot.frees);
+		bench_die("%s %s: %llu creates + %llu forks but %llu frees",
+			  peer_name[p], wl_name[w],
+			  (unsigned long long)tot.creates,
+			  (unsigned long long)tot.forks,
+			  (unsigned long long)tot.frees);
 	if (p == P_KVPOOL) {
 		check_kvpool(r, &tot);
 		kvp_manager_destroy(r->mgr);
@@ -1171,10 +985,11 @@ static double measure(enum peer p, enum workload w, unsigned nthreads,
 		free(r->mm);
 	}
 	if (tot.ops == 0)
-		die("%s %s %u threads: no operation completed in %.3f s",
-		    wl_name[w], peer_name[p], nthreads, o->seconds);
+		bench_die("%s %s %u threads: no operation completed in %.3f s",
+			  wl_name[w], peer_name[p], nthreads,
+			  o->common.seconds);
 
-	pthread_barrier_destroy(&r->start);
+	bench_sync_destroy(&r->sync);
 	free(r->thr);
 	free(r);
 	free(tids);
@@ -1201,167 +1016,32 @@ static void usage(FILE *f)
 		"  --csv FILE      also write every cell as CSV:\n"
 		"                  workload,peer,threads,rep_median_mops,"
 		"ns_per_op_per_thread\n",
-		DEFAULT_SECONDS, DEFAULT_REPS, DEFAULT_SEQS, MAX_TOKENS - 1,
-		DEFAULT_PROMPT);
+		BENCH_DEFAULT_SECONDS, BENCH_DEFAULT_REPS, DEFAULT_SEQS,
+		MAX_TOKENS - 1, DEFAULT_PROMPT);
 }
 
-static unsigned long parse_ulong(const char *opt, const char *s,
-				 unsigned long lo, unsigned long hi)
+static bool parse_opt(void *ctx, const char *name, const char *val)
 {
-	char *end;
-	unsigned long v;
+	struct opts *o = ctx;
 
-	errno = 0;
-	v = strtoul(s, &end, 10);
-	if (errno || end == s || *end || s[0] == '-' || v < lo || v > hi) {
-		fprintf(stderr, "bench_seq: %s: expected an integer in "
-				"[%lu, %lu], got '%s'\n",
-			opt, lo, hi, s);
-		exit(2);
-	}
-	return v;
-}
-
-static void parse_threads(struct opts *o, const char *s)
-{
-	char *copy = strdup(s), *save = NULL, *tok;
-
-	if (!copy)
-		die("out of memory");
-	o->nthreads_list = 0;
-	for (tok = strtok_r(copy, ",", &save); tok;
-	     tok = strtok_r(NULL, ",", &save)) {
-		if (o->nthreads_list == MAX_THREADS) {
-			fprintf(stderr, "bench_seq: --threads: too many "
-					"entries\n");
-			exit(2);
-		}
-		o->threads[o->nthreads_list++] =
-			(unsigned)parse_ulong("--threads", tok, 1, MAX_THREADS);
-	}
-	free(copy);
-	if (o->nthreads_list == 0) {
-		fprintf(stderr, "bench_seq: --threads: empty list\n");
-		exit(2);
-	}
+	if (!strcmp(name, "--seqs"))
+		o->seqs = (uint32_t)bench_parse_ulong(name, val, 1, MAX_SEQS);
+	else if (!strcmp(name, "--prompt"))
+		o->prompt = (uint32_t)bench_parse_ulong(name, val, 1,
+							MAX_TOKENS - 1);
+	else
+		return false;
+	return true;
 }
 
 static void parse_args(struct opts *o, int argc, char **argv)
 {
-	memset(o, 0, sizeof(*o));
-	o->threads[0] = 1;
-	o->threads[1] = 2;
-	o->threads[2] = 8;
-	o->nthreads_list = 3;
-	o->seconds = DEFAULT_SECONDS;
-	o->reps = DEFAULT_REPS;
 	o->seqs = DEFAULT_SEQS;
 	o->prompt = DEFAULT_PROMPT;
-
-	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i], *val = NULL;
-		const char *eq;
-		char name[32];
-		size_t len;
-
-		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-			usage(stdout);
-			exit(0);
-		}
-		if (strncmp(a, "--", 2) != 0) {
-			fprintf(stderr, "bench_seq: unexpected argument '%s'\n",
-				a);
-			usage(stderr);
-			exit(2);
-		}
-		eq = strchr(a, '=');
-		len = eq ? (size_t)(eq - a) : strlen(a);
-		if (len >= sizeof(name)) {
-			fprintf(stderr, "bench_seq: unknown option '%s'\n", a);
-			exit(2);
-		}
-		memcpy(name, a, len);
-		name[len] = '\0';
-		if (eq)
-			val = eq + 1;
-		else if (i + 1 < argc)
-			val = argv[++i];
-		else {
-			fprintf(stderr, "bench_seq: %s needs a value\n", name);
-			exit(2);
-		}
-
-		if (!strcmp(name, "--threads")) {
-			parse_threads(o, val);
-		} else if (!strcmp(name, "--seconds")) {
-			char *end;
-
-			errno = 0;
-			o->seconds = strtod(val, &end);
-			if (errno || end == val || *end || !(o->seconds > 0) ||
-			    o->seconds > 3600) {
-				fprintf(stderr, "bench_seq: --seconds: "
-						"expected a number in (0, "
-						"3600], got '%s'\n",
-					val);
-				exit(2);
-			}
-		} else if (!strcmp(name, "--reps")) {
-			o->reps = (unsigned)parse_ulong(name, val, 1, MAX_REPS);
-		} else if (!strcmp(name, "--seqs")) {
-			o->seqs = (uint32_t)parse_ulong(name, val, 1, MAX_SEQS);
-		} else if (!strcmp(name, "--prompt")) {
-			o->prompt = (uint32_t)parse_ulong(name, val, 1,
-							  MAX_TOKENS - 1);
-		} else if (!strcmp(name, "--csv")) {
-			o->csv = val;
-		} else {
-			fprintf(stderr, "bench_seq: unknown option '%s'\n",
-				name);
-			usage(stderr);
-			exit(2);
-		}
-	}
+	bench_parse_args(&o->common, argc, argv, usage, parse_opt, o);
 }
 
 /* ---------------------------------------------------------------- report */
-
-/* results[w][thread index][peer]: median Mops/s, 0 = not measured;
- * others[...]: the largest share of CPU other processes took during one of
- * the cell's measurements (-1 = unknown). */
-static double *results, *others_res;
-static unsigned res_nthreads;
-static unsigned n_noisy;
-
-#define NOISY_SHARE 0.10
-
-static size_t res_index(enum workload w, unsigned ti, enum peer p)
-{
-	return ((size_t)w * res_nthreads + ti) * NUM_PEERS + p;
-}
-
-static double *res(enum workload w, unsigned ti, enum peer p)
-{
-	return &results[res_index(w, ti, p)];
-}
-
-static double *res_others(enum workload w, unsigned ti, enum peer p)
-{
-	return &others_res[res_index(w, ti, p)];
-}
-
-static double ns_per_op(double mops, unsigned threads)
-{
-	return mops > 0 ? threads * 1e3 / mops : 0;
-}
-
-static int find_threads(const struct opts *o, unsigned n)
-{
-	for (unsigned i = 0; i < o->nthreads_list; i++)
-		if (o->threads[i] == n)
-			return (int)i;
-	return -1;
-}
 
 static void print_header(void)
 {
@@ -1374,46 +1054,28 @@ static void print_header(void)
 static void print_group(enum workload w, unsigned ti, unsigned threads)
 {
 	for (int p = 0; p < NUM_PEERS; p++) {
-		double m = *res(w, ti, (enum peer)p);
-		double oth = *res_others(w, ti, (enum peer)p);
+		double m = *bench_res(w, ti, p);
 
 		printf("%-8s %4u  %-14s %9.3f %11.1f", wl_name[w], threads,
-		       peer_name[p], m, ns_per_op(m, threads));
-		if (oth < 0) {
-			printf(" %8s", "?");
-		} else {
-			printf(" %6.0f%%%c", 100 * oth,
-			       oth > NOISY_SHARE ? '!' : ' ');
-			n_noisy += oth > NOISY_SHARE;
-		}
+		       peer_name[p], m, bench_ns_per_op(m, threads));
+		bench_print_others(*bench_res_others(w, ti, p));
 		if (p == P_KVPOOL)
-			printf(" %8.2fx", m / *res(w, ti, P_MUTEX));
+			printf(" %8.2fx", m / *bench_res(w, ti, P_MUTEX));
 		printf("\n");
 	}
 	printf("\n");
 	fflush(stdout);
 }
 
-static unsigned n_pass, n_fail, n_skip;
-
-static void verdict(bool ok, const char *label)
-{
-	printf("  [%s] %s\n", ok ? "PASS" : "FAIL", label);
-	if (ok)
-		n_pass++;
-	else
-		n_fail++;
-}
-
 static void info_ratio(const struct opts *o, enum workload w, unsigned n)
 {
-	int ti = find_threads(o, n);
+	int ti = bench_find_threads(&o->common, n);
 	double k, m;
 
 	if (ti < 0)
 		return;
-	k = *res(w, (unsigned)ti, P_KVPOOL);
-	m = *res(w, (unsigned)ti, P_MUTEX);
+	k = *bench_res(w, (unsigned)ti, P_KVPOOL);
+	m = *bench_res(w, (unsigned)ti, P_MUTEX);
 	printf("  [INFO] %s, %u thread%s: kvpool %.3f Mops/s vs mutex-hashmap "
 	       "%.3f Mops/s (ratio %.2fx)\n",
 	       wl_name[w], n, n > 1 ? "s" : "", k, m, k / m);
@@ -1421,42 +1083,41 @@ static void info_ratio(const struct opts *o, enum workload w, unsigned n)
 
 static void print_targets(const struct opts *o)
 {
-	int t1 = find_threads(o, 1), t2 = find_threads(o, 2);
+	int t1 = bench_find_threads(&o->common, 1),
+	    t2 = bench_find_threads(&o->common, 2);
 	char line[512];
 
 	printf("targets\n");
 
 	/* (1) decode at 2 threads: kvpool >= 5x the mutex manager. */
 	if (t2 < 0) {
-		printf("  [SKIP] (1) decode, 2 threads: kvpool >= 5x "
-		       "mutex-hashmap (2 threads not measured)\n");
-		n_skip++;
+		bench_skip("(1) decode, 2 threads: kvpool >= 5x mutex-hashmap "
+			   "(2 threads not measured)");
 	} else {
-		double k = *res(WL_DECODE, (unsigned)t2, P_KVPOOL);
-		double m = *res(WL_DECODE, (unsigned)t2, P_MUTEX);
+		double k = *bench_res(WL_DECODE, (unsigned)t2, P_KVPOOL);
+		double m = *bench_res(WL_DECODE, (unsigned)t2, P_MUTEX);
 
 		snprintf(line, sizeof(line),
 			 "(1) decode, 2 threads: kvpool %.3f Mops/s >= 5 x "
 			 "mutex-hashmap %.3f Mops/s  (ratio %.2fx, need >= "
 			 "5x)",
 			 k, m, k / m);
-		verdict(k >= 5 * m, line);
+		bench_verdict(k >= 5 * m, line);
 	}
 
 	/* (2) decode, 1 thread: kvpool <= 150 ns per append. */
 	if (t1 < 0) {
-		printf("  [SKIP] (2) decode, 1 thread: kvpool <= 150 ns per "
-		       "append (1 thread not measured)\n");
-		n_skip++;
+		bench_skip("(2) decode, 1 thread: kvpool <= 150 ns per append "
+			   "(1 thread not measured)");
 	} else {
-		double ns =
-			ns_per_op(*res(WL_DECODE, (unsigned)t1, P_KVPOOL), 1);
+		double ns = bench_ns_per_op(
+			*bench_res(WL_DECODE, (unsigned)t1, P_KVPOOL), 1);
 
 		snprintf(line, sizeof(line),
 			 "(2) decode, 1 thread: kvpool %.1f ns per append "
 			 "(per sequence per step) <= 150 ns",
 			 ns);
-		verdict(ns <= 150, line);
+		bench_verdict(ns <= 150, line);
 	}
 
 	/* Context, not targets. */
@@ -1465,14 +1126,7 @@ static void print_targets(const struct opts *o)
 	info_ratio(o, WL_FORK, 2);
 	info_ratio(o, WL_FORK, 8);
 
-	printf("targets: %u passed, %u FAILED, %u skipped\n", n_pass, n_fail,
-	       n_skip);
-	if (n_noisy)
-		printf("warning: %u cell%s marked '!' were measured while other "
-		       "processes took more than %.0f%% of the machine's CPU:\n"
-		       "         their numbers and the targets built on them are "
-		       "unreliable; rerun on an idle machine\n",
-		       n_noisy, n_noisy > 1 ? "s" : "", 100 * NOISY_SHARE);
+	bench_targets_summary();
 }
 
 static void write_csv(const struct opts *o, FILE *f)
@@ -1480,32 +1134,15 @@ static void write_csv(const struct opts *o, FILE *f)
 	fprintf(f, "workload,peer,threads,rep_median_mops,"
 		   "ns_per_op_per_thread\n");
 	for (int w = 0; w < NUM_WL; w++)
-		for (unsigned ti = 0; ti < o->nthreads_list; ti++)
+		for (unsigned ti = 0; ti < o->common.nthreads_list; ti++)
 			for (int p = 0; p < NUM_PEERS; p++) {
-				double m = *res((enum workload)w, ti,
-						(enum peer)p);
+				unsigned n = o->common.threads[ti];
+				double m = *bench_res(w, ti, p);
 
 				fprintf(f, "%s,%s,%u,%.4f,%.4f\n", wl_name[w],
-					peer_name[p], o->threads[ti], m,
-					ns_per_op(m, o->threads[ti]));
+					peer_name[p], n, m,
+					bench_ns_per_op(m, n));
 			}
-}
-
-static void report_busy(const char *when)
-{
-	unsigned long long b0, t0, b1, t1;
-	double frac;
-
-	if (!read_cpu_times(&b0, &t0))
-		return;
-	sleep_seconds(0.2);
-	if (!read_cpu_times(&b1, &t1) || t1 <= t0)
-		return;
-	frac = (double)(b1 - b0) / (double)(t1 - t0);
-	printf("  CPU busy %s (other processes): %.0f%%%s\n", when,
-	       100 * frac,
-	       frac > 0.10 ? "  <- the machine is not idle: numbers are noisy"
-			   : "");
 }
 
 /*
@@ -1514,28 +1151,20 @@ static void report_busy(const char *when)
  * that slow drifts of the machine hit both alike, and stores the medians.
  */
 static void measure_group(enum workload w, unsigned ti, unsigned n,
-			  const struct opts *o, double *samples,
-			  double *sample_others)
+			  const struct opts *o)
 {
-	for (unsigned rep = 0; rep < o->reps; rep++)
+	unsigned reps = o->common.reps;
+
+	for (unsigned rep = 0; rep < reps; rep++)
 		for (int q = 0; q < NUM_PEERS; q++) {
 			int p = rep % 2 ? NUM_PEERS - 1 - q : q;
-			size_t k = (size_t)p * o->reps + rep;
 
-			samples[k] = measure((enum peer)p, w, n, o,
-					     &sample_others[k]);
+			*bench_sample(p, rep) =
+				measure((enum peer)p, w, n, o,
+					bench_sample_others(p, rep));
 		}
-	for (int p = 0; p < NUM_PEERS; p++) {
-		const double *oth = sample_others + (size_t)p * o->reps;
-		double worst = 0;
-
-		*res(w, ti, (enum peer)p) =
-			median(samples + (size_t)p * o->reps, o->reps);
-		for (unsigned rep = 0; rep < o->reps && worst >= 0; rep++)
-			worst = oth[rep] < 0 ? -1 : oth[rep] > worst ? oth[rep]
-								: worst;
-		*res_others(w, ti, (enum peer)p) = worst;
-	}
+	for (int p = 0; p < NUM_PEERS; p++)
+		bench_res_store(w, ti, p);
 }
 
 /* ------------------------------------------------------------------ main */
@@ -1543,35 +1172,22 @@ static void measure_group(enum workload w, unsigned ti, unsigned n,
 int main(int argc, char **argv)
 {
 	struct opts o;
-	FILE *csv = NULL;
-	double *samples, *sample_others;
+	const struct bench_opts *c = &o.common;
+	FILE *csv;
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
 	struct kvp_pool_stats st;
 	struct kvp_pool *probe;
 	uint32_t max_blocks = 0;
 
 	parse_args(&o, argc, argv);
-	if (o.csv) {
-		csv = fopen(o.csv, "w");
-		if (!csv) {
-			fprintf(stderr, "bench_seq: %s: %s\n", o.csv,
-				strerror(errno));
-			return 2;
-		}
-	}
-	for (unsigned i = 0; i < o.nthreads_list; i++) {
-		uint32_t b = pool_blocks(&o, o.threads[i]);
+	csv = bench_csv_open(c->csv);
+	for (unsigned i = 0; i < c->nthreads_list; i++) {
+		uint32_t b = pool_blocks(&o, c->threads[i]);
 
 		max_blocks = b > max_blocks ? b : max_blocks;
 	}
 
-	res_nthreads = o.nthreads_list;
-	results = xcalloc((size_t)NUM_WL * o.nthreads_list * NUM_PEERS,
-			  sizeof(double));
-	others_res = xcalloc((size_t)NUM_WL * o.nthreads_list * NUM_PEERS,
-			     sizeof(double));
-	samples = xcalloc((size_t)NUM_PEERS * o.reps, sizeof(double));
-	sample_others = xcalloc((size_t)NUM_PEERS * o.reps, sizeof(double));
+	bench_res_init(NUM_WL, c->nthreads_list, NUM_PEERS, c->reps);
 
 	/* What the automatic cache size resolves to on this machine. */
 	probe = make_pool(max_blocks);
@@ -1591,11 +1207,11 @@ int main(int argc, char **argv)
 	       max_blocks, st.cache_blocks);
 	printf("  %.2f s per measurement, median of %u reps, peers "
 	       "interleaved\n",
-	       o.seconds, o.reps);
-	report_busy("before the run");
+	       c->seconds, c->reps);
+	bench_report_busy("before the run");
 	printf("  estimated run time: %.0f s\n",
-	       NUM_WL * o.nthreads_list * NUM_PEERS * o.reps *
-		       (o.seconds + 0.05));
+	       NUM_WL * c->nthreads_list * NUM_PEERS * c->reps *
+		       (c->seconds + 0.05));
 	printf("  Mops/s: ops per second, all threads (decode: %s; fork: "
 	       "%s cycles)\n",
 	       wl_unit[WL_DECODE], wl_unit[WL_FORK]);
@@ -1603,37 +1219,25 @@ int main(int argc, char **argv)
 	       "step)\n");
 	printf("  x mutex: kvpool throughput / mutex-hashmap throughput "
 	       "(higher is better)\n");
-	printf("  others: most CPU other processes took during a measurement "
-	       "of the cell ('!' above %.0f%%: unreliable)\n\n",
-	       100 * NOISY_SHARE);
+	bench_print_others_legend();
 	print_header();
 	fflush(stdout);
 
 	for (int w = 0; w < NUM_WL; w++) {
-		for (unsigned ti = 0; ti < o.nthreads_list; ti++) {
-			unsigned n = o.threads[ti];
+		for (unsigned ti = 0; ti < c->nthreads_list; ti++) {
+			unsigned n = c->threads[ti];
 
-			measure_group((enum workload)w, ti, n, &o, samples,
-				      sample_others);
+			measure_group((enum workload)w, ti, n, &o);
 			print_group((enum workload)w, ti, n);
 		}
 	}
 
 	print_targets(&o);
-	report_busy("after the run");
+	bench_report_busy("after the run");
 
-	if (csv) {
+	if (csv)
 		write_csv(&o, csv);
-		if (fclose(csv) != 0) {
-			fprintf(stderr, "bench_seq: %s: %s\n", o.csv,
-				strerror(errno));
-			return 2;
-		}
-		printf("CSV written to %s\n", o.csv);
-	}
-	free(samples);
-	free(sample_others);
-	free(others_res);
-	free(results);
+	bench_csv_close(csv, c->csv);
+	bench_res_free();
 	return 0;
 }

@@ -32,6 +32,9 @@
 
 #include "kvpool.h"
 
+#define STRESS_PROG "stress_pool"
+#include "stress_common.h"
+
 #define MAX_HELD 64 /* batches held per worker */
 #define MAX_BATCH 32
 
@@ -44,24 +47,6 @@ static _Atomic int round_wanted;
 static int nworkers;
 static _Atomic uint64_t total_ops, total_rounds, total_churned;
 static _Atomic uint64_t enospc_seen;
-
-/* A violation ends the run at once: other workers may be at a barrier. */
-#define fail(...)                                                            \
-	do {                                                                 \
-		fprintf(stderr, "stress_pool: FAIL: " __VA_ARGS__);          \
-		fflush(stderr);                                              \
-		_exit(1);                                                    \
-	} while (0)
-
-static uint64_t rnd(uint64_t *s)
-{
-	/* splitmix64 */
-	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
 
 struct batch {
 	uint32_t n;

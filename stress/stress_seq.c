@@ -29,6 +29,9 @@
 
 #include "kvpool.h"
 
+#define STRESS_PROG "stress_seq"
+#include "stress_common.h"
+
 #define BT 16
 #define MAX_TOKENS 600
 
@@ -43,22 +46,6 @@ enum { OP_CREATE, OP_APPEND, OP_FORK, OP_FREE, OP_TRUNC, OP_TRIM, OP_EVICT,
 static const char *const op_names[] = {"create", "append", "fork", "free",
 				       "truncate", "trim", "evict", "read",
 				       "export", "cow", "enospc"};
-
-#define fail(...)                                                            \
-	do {                                                                 \
-		fprintf(stderr, "stress_seq: FAIL: " __VA_ARGS__);           \
-		fflush(stderr);                                              \
-		_exit(1);                                                    \
-	} while (0)
-
-static uint64_t rnd(uint64_t *s)
-{
-	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
 
 /* Fails unless err is 0 or one of the allowed errors. */
 static void expect(const char *what, int err, int a, int b, int c)

@@ -17,7 +17,6 @@
 #include <limits.h>
 #include <math.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -27,8 +26,9 @@
 
 #include "kvpool.h"
 
-#define BT 16u /* tokens per block in every pool below */
-#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+#include "check_common.h"
+
+#define BT CHECK_BLOCK_TOKENS /* tokens per block in every pool below */
 #define ULL(x) ((unsigned long long)(x))
 
 /* An address that kvp_manager_create must not write over *out on failure. */
@@ -42,40 +42,10 @@ static uint32_t blocks_for(uint32_t tokens)
 	return tokens / BT + (tokens % BT != 0);
 }
 
-static struct kvp_pool *mkpool_lay(uint32_t num_blocks, uint32_t cache_blocks,
-				   uint32_t flags,
-				   const struct kvp_layout *layout)
-{
-	struct kvp_pool_config c;
-	struct kvp_pool *p = NULL;
-	int rc;
-
-	memset(&c, 0, sizeof(c));
-	c.num_blocks = num_blocks;
-	c.block_tokens = BT;
-	c.cache_blocks = cache_blocks;
-	c.device_id = -1;
-	c.layout = layout;
-	c.flags = flags;
-	rc = kvp_pool_create(&c, &p);
-	ck_assert_msg(
-		rc == 0,
-		"kvp_pool_create(%u blocks, cache %u, flags %#x) = %d (%s)",
-		num_blocks, cache_blocks, flags, rc, kvp_strerror(rc));
-	ck_assert_ptr_nonnull(p);
-	return p;
-}
-
-static struct kvp_pool *mkpool(uint32_t num_blocks, uint32_t cache_blocks,
-			       uint32_t flags)
-{
-	return mkpool_lay(num_blocks, cache_blocks, flags, NULL);
-}
-
 /* A pool without thread caches: every free count is exact. */
 static struct kvp_pool *mkpool_nc(uint32_t num_blocks)
 {
-	return mkpool(num_blocks, 0, KVP_POOL_NOCACHE);
+	return mkpool(num_blocks, 0, KVP_POOL_NOCACHE, NULL);
 }
 
 static struct kvp_manager_config mcfg(struct kvp_pool *p, enum kvp_policy pol)
@@ -333,26 +303,6 @@ static int has_number(const char *text, unsigned long long v)
 	return 0;
 }
 
-/* Worker threads record their first failure here. */
-struct errbuf {
-	char msg[256];
-};
-
-static void wfail(struct errbuf *e, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
-static void wfail(struct errbuf *e, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (e->msg[0])
-		return;
-	va_start(ap, fmt);
-	vsnprintf(e->msg, sizeof(e->msg), fmt, ap);
-	va_end(ap);
-	if (!e->msg[0])
-		e->msg[0] = '?';
-}
-
 /* Pool variants for loop tests: no cache, explicit cache, automatic. */
 struct variant {
 	uint32_t cache_blocks;
@@ -538,7 +488,7 @@ END_TEST
 
 START_TEST(test_mgr_destroy_frees_all)
 {
-	struct kvp_pool *p = mkpool(64, 4, 0);
+	struct kvp_pool *p = mkpool(64, 4, 0, NULL);
 	struct kvp_manager *m = mkmgr(p, KVP_EVICT_LFU);
 	struct kvp_copy cow[1];
 	uint32_t ncow = 0, i;
@@ -560,7 +510,7 @@ END_TEST
 
 START_TEST(test_mgr_two_managers)
 {
-	struct kvp_pool *p = mkpool(64, 4, 0);
+	struct kvp_pool *p = mkpool(64, 4, 0, NULL);
 	struct kvp_manager *m1 = mkmgr(p, KVP_EVICT_LRU);
 	struct kvp_manager *m2 = mkmgr(p, KVP_EVICT_LONGEST);
 	uint32_t a[8], b[8], na, nb, i, j;
@@ -731,7 +681,7 @@ END_TEST
 START_TEST(test_seq_create_nospc)
 {
 	struct kvp_pool *p =
-		mkpool(10, variants[_i].cache_blocks, variants[_i].flags);
+		mkpool(10, variants[_i].cache_blocks, variants[_i].flags, NULL);
 	struct kvp_manager *m = mkmgr(p, KVP_EVICT_LRU);
 
 	create_ok(m, 1, 100); /* 7 blocks */
@@ -1153,7 +1103,7 @@ END_TEST
 START_TEST(test_append_nospc)
 {
 	struct kvp_pool *p =
-		mkpool(4, variants[_i].cache_blocks, variants[_i].flags);
+		mkpool(4, variants[_i].cache_blocks, variants[_i].flags, NULL);
 	struct kvp_manager *m = mkmgr(p, KVP_EVICT_LRU);
 	struct kvp_seq_info before, after;
 	struct kvp_copy cow[2];
@@ -1450,7 +1400,7 @@ START_TEST(test_cow_data_copied)
 	/* Per block: [layer 1][K,V][16 tokens][1 head][4 dims] of bytes. */
 	static const struct kvp_layout lay = {1, 1, 4, KVP_U8};
 	struct kvp_pool *p =
-		mkpool_lay(8, 0, KVP_POOL_NOCACHE | KVP_POOL_ZERO, &lay);
+		mkpool(8, 0, KVP_POOL_NOCACHE | KVP_POOL_ZERO, &lay);
 	struct kvp_manager *m = mkmgr(p, KVP_EVICT_LRU);
 	unsigned char *src, *dst, ref[128];
 	uint32_t a[4], na, ncow = 0, i;
@@ -2647,7 +2597,7 @@ END_TEST
 
 START_TEST(test_check_two_managers)
 {
-	struct kvp_pool *p = mkpool(64, 4, 0);
+	struct kvp_pool *p = mkpool(64, 4, 0, NULL);
 	struct kvp_manager *m1 = mkmgr(p, KVP_EVICT_LRU);
 	struct kvp_manager *m2 = mkmgr(p, KVP_EVICT_LFU);
 	uint32_t a[4], b[4], ncow = 0;
@@ -3035,7 +2985,7 @@ static void *mt_seq_thread(void *arg)
 
 START_TEST(test_mt_seq_ops)
 {
-	struct kvp_pool *p = mkpool(4096, 0, 0);
+	struct kvp_pool *p = mkpool(4096, 0, 0, NULL);
 	struct kvp_manager *mm[2];
 	struct mt_arg args[MT_THREADS];
 	pthread_t t[MT_THREADS];
@@ -3186,7 +3136,7 @@ static void *race_forker(void *arg)
 
 START_TEST(test_mt_fork_free_race)
 {
-	struct kvp_pool *p = mkpool(64, 0, 0);
+	struct kvp_pool *p = mkpool(64, 0, 0, NULL);
 	struct kvp_manager *m = mkmgr(p, KVP_EVICT_LRU);
 	struct race_shared sh;
 	struct race_arg args[RACE_FORKERS];
@@ -3268,7 +3218,7 @@ static void *ev_thread(void *arg)
 /* Concurrent evictors never free the same victim twice. */
 START_TEST(test_mt_concurrent_evict)
 {
-	struct kvp_pool *p = mkpool(1024, 0, 0);
+	struct kvp_pool *p = mkpool(1024, 0, 0, NULL);
 	struct kvp_manager *m = mkmgr(p, KVP_EVICT_LRU);
 	struct ev_arg *args = calloc(EV_THREADS, sizeof(*args));
 	unsigned char seen[2 * EV_SEQS];
@@ -3435,11 +3385,5 @@ static Suite *manager_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(manager_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed != 0 ? EXIT_FAILURE : EXIT_SUCCESS;
+	return run_suite(manager_suite());
 }

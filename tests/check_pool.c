@@ -15,7 +15,6 @@
 #include <limits.h>
 #include <pthread.h>
 #include <sched.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -26,46 +25,15 @@
 
 #include "kvpool.h"
 
+#include "check_common.h"
+
 #define SENTINEL_ID 0xDEADBEEFu
-#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
 /* An address that kvp_pool_create must not write over *out on failure. */
 static char out_sentinel_storage;
 #define OUT_SENTINEL ((struct kvp_pool *)(void *)&out_sentinel_storage)
 
 /* ------------------------------------------------------------ helpers */
-
-static struct kvp_pool_config make_cfg(uint32_t num_blocks,
-				       uint32_t cache_blocks, uint32_t flags,
-				       const struct kvp_layout *layout)
-{
-	struct kvp_pool_config c;
-
-	memset(&c, 0, sizeof(c));
-	c.num_blocks = num_blocks;
-	c.block_tokens = 16;
-	c.cache_blocks = cache_blocks;
-	c.device_id = -1;
-	c.layout = layout;
-	c.flags = flags;
-	return c;
-}
-
-static struct kvp_pool *mkpool(uint32_t num_blocks, uint32_t cache_blocks,
-			       uint32_t flags, const struct kvp_layout *layout)
-{
-	struct kvp_pool_config c =
-		make_cfg(num_blocks, cache_blocks, flags, layout);
-	struct kvp_pool *p = NULL;
-	int rc = kvp_pool_create(&c, &p);
-
-	ck_assert_msg(rc == 0,
-		      "kvp_pool_create(%u blocks, cache %u, flags %#x)"
-		      " = %d (%s)",
-		      num_blocks, cache_blocks, flags, rc, kvp_strerror(rc));
-	ck_assert_ptr_nonnull(p);
-	return p;
-}
 
 static struct kvp_pool_stats get_stats(struct kvp_pool *p)
 {
@@ -223,26 +191,6 @@ static struct kvp_pool *mkvariant(int i, uint32_t num_blocks)
 {
 	return mkpool(num_blocks, variants[i].cache_blocks, variants[i].flags,
 		      NULL);
-}
-
-/* Worker threads record their first failure here. */
-struct errbuf {
-	char msg[256];
-};
-
-static void wfail(struct errbuf *e, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
-static void wfail(struct errbuf *e, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (e->msg[0])
-		return;
-	va_start(ap, fmt);
-	vsnprintf(e->msg, sizeof(e->msg), fmt, ap);
-	va_end(ap);
-	if (!e->msg[0])
-		e->msg[0] = '?';
 }
 
 /* Allocates and frees one block at a time so that blocks park in the
@@ -2132,11 +2080,5 @@ static Suite *pool_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(pool_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed != 0 ? EXIT_FAILURE : EXIT_SUCCESS;
+	return run_suite(pool_suite());
 }

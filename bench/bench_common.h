@@ -1,0 +1,166 @@
+/*
+ * bench_common.h - measurement scaffolding shared by the benchmarks
+ * (bench_pool, bench_seq): errors, options, the barrier / stop-flag timed
+ * window with its CPU-load ("others") sampling from /proc/stat, the table
+ * of medians, the targets' verdicts and the CSV file.
+ *
+ * Each program defines bench_prog, its name, which prefixes every message.
+ */
+#ifndef KVP_BENCH_COMMON_H
+#define KVP_BENCH_COMMON_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define BENCH_CACHE_LINE 64
+#define BENCH_MAX_THREADS 256
+#define BENCH_MAX_REPS 1000
+
+#define BENCH_DEFAULT_SECONDS 0.3
+#define BENCH_DEFAULT_REPS 5
+
+/* Cells where other processes took more of the CPU are marked '!'. */
+#define BENCH_NOISY_SHARE 0.10
+
+/* The program's name ("bench_pool"), defined by the program. */
+extern const char bench_prog[];
+
+/* ---------------------------------------------------------------- errors */
+
+/* Prints "<bench_prog>: <message>" and aborts. */
+__attribute__((noreturn, cold, format(printf, 1, 2))) void
+bench_die(const char *fmt, ...);
+
+/* calloc() that dies on failure. */
+void *bench_xcalloc(size_t n, size_t size);
+
+/* Zeroed memory aligned to a cache line (size rounded up to whole lines);
+ * dies on failure. */
+void *bench_aligned_zalloc(size_t size);
+
+/* --------------------------------------------------------------- options */
+
+/* The options both programs take. */
+struct bench_opts {
+	unsigned threads[BENCH_MAX_THREADS]; /* --threads 1,2,8 */
+	unsigned nthreads_list;
+	double seconds;	 /* --seconds */
+	unsigned reps;	 /* --reps */
+	const char *csv; /* --csv, NULL = none */
+};
+
+/* Parses s as an integer in [lo, hi] for option opt; exits 2 otherwise. */
+unsigned long bench_parse_ulong(const char *opt, const char *s,
+				unsigned long lo, unsigned long hi);
+
+/*
+ * Sets the defaults of *o and parses argv: "--name value" or "--name=value",
+ * -h/--help prints usage(stdout) and exits 0.  --threads, --seconds, --reps
+ * and --csv fill *o; any other option goes to opt(ctx, name, value), which
+ * returns false for an option it does not know.  Exits 2 on an error.
+ */
+void bench_parse_args(struct bench_opts *o, int argc, char **argv,
+		      void (*usage)(FILE *f),
+		      bool (*opt)(void *ctx, const char *name,
+				  const char *val),
+		      void *ctx);
+
+/* Index of thread count n in o->threads, or -1. */
+int bench_find_threads(const struct bench_opts *o, unsigned n);
+
+/* ------------------------------------------------------------ the runner */
+
+/*
+ * One measurement's start barrier (the workers and the main thread), stop
+ * flag and clock.  Embedded at the end of a run's context: the flag and the
+ * clock each have a cache line of their own.
+ */
+struct bench_sync {
+	pthread_barrier_t start;
+	_Alignas(BENCH_CACHE_LINE) _Atomic int stop;
+	/* t0: min over barrier exits, t1: max over loop exits */
+	_Alignas(BENCH_CACHE_LINE) _Atomic int64_t t0;
+	_Atomic int64_t t1;
+};
+
+/* For nthreads workers; dies on failure. */
+void bench_sync_init(struct bench_sync *s, unsigned nthreads);
+void bench_sync_destroy(struct bench_sync *s);
+
+/* Worker: after the warm-up, waits for the others and starts the clock. */
+void bench_sync_start(struct bench_sync *s);
+
+/* Worker: whether to leave the timed loop. */
+static inline bool bench_sync_stopped(struct bench_sync *s)
+{
+	return atomic_load_explicit(&s->stop, memory_order_relaxed);
+}
+
+/* Worker: has left the timed loop. */
+void bench_sync_done(struct bench_sync *s);
+
+/* Main thread: releases the workers, lets them run for `seconds` and raises
+ * the stop flag.  Returns the share of the machine's CPU other processes
+ * took meanwhile, 0..1, or -1 if unknown. */
+double bench_sync_window(struct bench_sync *s, double seconds);
+
+/* Main thread, after joining the workers: ops per microsecond (Mops/s) from
+ * the first barrier exit to the last loop exit. */
+double bench_sync_mops(struct bench_sync *s, uint64_t ops);
+
+/* pthread_create / pthread_join that die on failure. */
+void bench_thread_create(pthread_t *tid, void *(*fn)(void *), void *arg);
+void bench_thread_join(pthread_t tid);
+
+/* --------------------------------------------------------------- results */
+
+/*
+ * The table of results, cell (workload w, thread index ti, peer p): the
+ * median Mops/s (0 = not measured) and the largest share of CPU other
+ * processes took during one of the cell's measurements (-1 = unknown).
+ */
+void bench_res_init(unsigned nwl, unsigned nthreads, unsigned npeers,
+		    unsigned reps);
+void bench_res_free(void);
+double *bench_res(unsigned w, unsigned ti, unsigned p);
+double *bench_res_others(unsigned w, unsigned ti, unsigned p);
+
+/* The current cell's measurement rep of peer p: Mops/s and others share. */
+double *bench_sample(unsigned p, unsigned rep);
+double *bench_sample_others(unsigned p, unsigned rep);
+
+/* Stores in cell (w, ti, p) the median of peer p's samples and the largest
+ * of its others shares (-1 if one is unknown). */
+void bench_res_store(unsigned w, unsigned ti, unsigned p);
+
+/* threads * 1e3 / mops: the wall time one thread spends per op, in ns. */
+double bench_ns_per_op(double mops, unsigned threads);
+
+/* Prints a cell's "others" column, " ?" or " 12%" plus '!' (counted) when
+ * above BENCH_NOISY_SHARE; the legend says what it means. */
+void bench_print_others(double others);
+void bench_print_others_legend(void);
+
+/* Targets: "  [PASS] label" or "  [FAIL] label", "  [SKIP] label"; each
+ * counted for bench_targets_summary(). */
+void bench_verdict(bool ok, const char *label);
+void bench_skip(const char *label);
+
+/* The "targets: N passed, ..." line and the warning about noisy cells. */
+void bench_targets_summary(void);
+
+/* Prints the share of the CPU other processes take now (0.2 s sample). */
+void bench_report_busy(const char *when);
+
+/* ------------------------------------------------------------------- CSV */
+
+/* Opens path for writing, NULL if path is NULL; exits 2 on failure. */
+FILE *bench_csv_open(const char *path);
+
+/* Closes f (if any) and says so; exits 2 on failure. */
+void bench_csv_close(FILE *f, const char *path);
+
+#endif /* KVP_BENCH_COMMON_H */
