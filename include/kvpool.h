@@ -480,6 +480,55 @@ KVP_API int kvp_export_slot_mapping(struct kvp_manager *m, uint64_t seq,
 				    uint32_t first_pos, uint32_t n,
 				    int64_t *slots);
 
+/* ------------------------------------------------------------------ */
+/* Block hashes (prefix caching)                                       */
+/* ------------------------------------------------------------------ */
+
+/* A block hash: SHA-256 fills all 32 bytes, XXH3-128 the first 16. */
+struct kvp_hash {
+	uint8_t b[32];
+};
+
+enum kvp_hash_algo {
+	KVP_HASH_SHA256 = 0,   /* default: collision resistant */
+	KVP_HASH_XXH3_128 = 1, /* fast; keyed per process (or seeded) */
+};
+
+/* Extra keys of a request. */
+struct kvp_hash_keys {
+	const void *salt; /* per-request or per-tenant salt, mixed into the
+			     root block only; salt_len 0 = none */
+	size_t salt_len;
+	const char *lora; /* LoRA adapter name, mixed into every block;
+			     NULL or "" = none */
+};
+
+/*
+ * Hashes the ntokens / block_tokens full blocks of tokens (a partial last
+ * block is not hashed): out[i] = H(out[i-1] or parent, or the root with
+ * the salt when parent is NULL; the LoRA name; the tokens of block i).
+ * Every field is tagged and length-prefixed, so different keys never
+ * produce the same input; tokens are encoded little-endian, so hashes do
+ * not depend on the host.  Hashing [a, b] from the root equals hashing
+ * [b] with parent = the hash of [a].  A pure function: thread-safe.
+ * Returns the number of blocks hashed, or -EINVAL (unknown algorithm,
+ * block_tokens 0, tokens NULL with ntokens > 0, out NULL with a block to
+ * hash, salt NULL with salt_len > 0), -EIO (XXH3 without a seed and no
+ * randomness for its secret).
+ */
+KVP_API int kvp_hash_blocks(enum kvp_hash_algo algo,
+			    const struct kvp_hash *parent,
+			    const struct kvp_hash_keys *keys,
+			    const uint32_t *tokens, uint32_t ntokens,
+			    uint32_t block_tokens, struct kvp_hash *out);
+
+/*
+ * Makes XXH3-128 block hashes use `seed` instead of the per-process random
+ * secret, so that several processes (a cluster behind one router) agree.
+ * Process-wide; call it before hashing starts.  Returns 0.
+ */
+KVP_API int kvp_hash_set_xxh3_seed(uint64_t seed);
+
 #ifdef __cplusplus
 }
 #endif

@@ -19,4 +19,5 @@ if command -v readelf >/dev/null 2>&1; then
 	fi
 	echo "test_ctypes: ${tls:-0} bytes of TLS"
 fi
-exec "${PYTHON:-python3}" "$s/tests/test_ctypes.py" "$lib"
+"${PYTHON:-python3}" "$s/tests/test_ctypes.py" "$lib"
+exec "${PYTHON:-python3}" "$s/tests/test_hash.py" "$lib"

@@ -5,7 +5,7 @@ set -e
 SUDO=
 [ "$(id -u)" -eq 0 ] || SUDO=sudo
 PKGS="build-essential autoconf automake libtool pkg-config autoconf-archive \
-check liburcu-dev libjemalloc-dev libxxhash-dev libssl-dev python3"
+check liburcu-dev libjemalloc-dev libxxhash-dev nettle-dev python3"
 # Only ask apt when something is missing: keeps repeated runs fast.
 missing=
 for p in $PKGS; do
