@@ -529,6 +529,50 @@ KVP_API int kvp_hash_blocks(enum kvp_hash_algo algo,
  */
 KVP_API int kvp_hash_set_xxh3_seed(uint64_t seed);
 
+/* ------------------------------------------------------------------ */
+/* KV data (data-owning pools)                                         */
+/* ------------------------------------------------------------------ */
+
+/*
+ * A data-owning pool (created with a layout) stores each block as
+ * [layer][K,V][token][head][dim] elements of the layout's dtype.  One
+ * token's K (or V) for one layer is a row of num_kv_heads * head_dim
+ * elements.
+ *
+ * Writes go only to blocks the sequence holds alone: writing into a block
+ * shared with a fork would change the fork's data too, so it fails with
+ * -EBUSY (append first: copy-on-write gives the sequence its own copy of
+ * a shared last block).  Reads and gathers of one sequence are consistent
+ * with its writes (the sequence's lock orders them); the caller orders
+ * them with its own kernels.
+ */
+
+/*
+ * Writes the K and V rows of token `pos` of a sequence for one layer.
+ * Errors: -EINVAL (NULL argument, ID-only pool, layer out of range),
+ * -ENOENT, -ERANGE (pos at or past the sequence's token count), -EBUSY
+ * (the block is shared).
+ */
+KVP_API int kvp_seq_write(struct kvp_manager *m, uint64_t seq, uint32_t pos,
+			  uint32_t layer, const void *k, const void *v);
+
+/* Reads them back; errors as kvp_seq_write, without -EBUSY. */
+KVP_API int kvp_seq_read(struct kvp_manager *m, uint64_t seq, uint32_t pos,
+			 uint32_t layer, void *k, void *v);
+
+/*
+ * Copies one layer of a whole sequence into contiguous
+ * [num_tokens][num_kv_heads][head_dim] arrays k_out and v_out (the
+ * caller sizes them from kvp_seq_info).  Errors: -EINVAL (NULL argument,
+ * ID-only pool, layer out of range), -ENOENT.
+ */
+KVP_API int kvp_seq_gather(struct kvp_manager *m, uint64_t seq, uint32_t layer,
+			   void *k_out, void *v_out);
+
+/* Bytes of one token's K (or V) row for one layer (0 for an ID-only or
+ * NULL pool). */
+KVP_API size_t kvp_pool_row_bytes(const struct kvp_pool *pool);
+
 #ifdef __cplusplus
 }
 #endif

@@ -529,13 +529,24 @@ KVP_API int kvp_seq_create(struct kvp_manager *m, uint64_t id,
 	return 0;
 }
 
-/* Copies a block's data (a data-owning pool's side of copy-on-write). */
-static void copy_block_data(struct kvp_pool *pool, uint32_t src, uint32_t dst)
+/*
+ * A data-owning pool's side of copy-on-write: the first `tokens` rows of
+ * every layer's K and V (the rest of dst stays as allocated: zeroed under
+ * KVP_POOL_ZERO, never another sequence's rolled-back bytes).
+ */
+static void copy_block_data(struct kvp_pool *pool, uint32_t src, uint32_t dst,
+			    uint32_t tokens)
 {
-	void *from = kvp_block_data(pool, src), *to = kvp_block_data(pool, dst);
+	unsigned char *from = kvp_block_data(pool, src);
+	unsigned char *to = kvp_block_data(pool, dst);
+	size_t stride = (size_t)pool->block_tokens * pool->row_bytes;
 
-	if (from && to)
-		memcpy(to, from, pool->block_bytes);
+	if (!from || !to)
+		return;
+	/* [layer][K,V] runs of block_tokens rows each. */
+	for (size_t run = 0; run < 2 * (size_t)pool->layout.num_layers; run++)
+		memcpy(to + run * stride, from + run * stride,
+		       (size_t)tokens * pool->row_bytes);
 }
 
 /* Sequence locked: the append itself, see kvp_seq_append. */
@@ -597,7 +608,7 @@ static int append_locked(struct kvp_manager *m, struct kvp_seq *s,
 
 		cow[0] = (struct kvp_copy){.src = src, .dst = fresh[0],
 					   .tokens = tokens % bt};
-		copy_block_data(m->pool, src, fresh[0]);
+		copy_block_data(m->pool, src, fresh[0], tokens % bt);
 		s->blocks[last] = fresh[0];
 		release_blocks(m, &src, 1);
 		stat_add(m, cows, 1);

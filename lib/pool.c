@@ -80,22 +80,24 @@ static size_t dtype_size(enum kvp_dtype dt)
 	return 0;
 }
 
-/* Bytes per block for a layout: [layer][K,V][token][head][dim]. */
-static int layout_block_bytes(const struct kvp_layout *l, uint32_t tokens,
-			      size_t *out)
+/* Bytes per row (one token, one layer, K or V) and per block for a
+ * layout: [layer][K,V][token][head][dim]. */
+static int layout_bytes(const struct kvp_layout *l, uint32_t tokens,
+			size_t *row, size_t *block)
 {
-	size_t el = dtype_size(l->dtype), b = el;
+	size_t el = dtype_size(l->dtype), r = el, b;
 
 	if (el == 0 || l->num_layers == 0 || l->num_kv_heads == 0 ||
 	    l->head_dim == 0)
 		return -EINVAL;
-	if (__builtin_mul_overflow(b, (size_t)l->num_layers, &b) ||
+	if (__builtin_mul_overflow(r, (size_t)l->num_kv_heads, &r) ||
+	    __builtin_mul_overflow(r, (size_t)l->head_dim, &r) ||
+	    __builtin_mul_overflow(r, (size_t)l->num_layers, &b) ||
 	    __builtin_mul_overflow(b, (size_t)2, &b) ||
-	    __builtin_mul_overflow(b, (size_t)tokens, &b) ||
-	    __builtin_mul_overflow(b, (size_t)l->num_kv_heads, &b) ||
-	    __builtin_mul_overflow(b, (size_t)l->head_dim, &b))
+	    __builtin_mul_overflow(b, (size_t)tokens, &b))
 		return -EINVAL;
-	*out = b;
+	*row = r;
+	*block = b;
 	return 0;
 }
 
@@ -135,19 +137,37 @@ static void pool_free_memory(struct kvp_pool *pool)
 	kvp_free_aligned(pool, KVP_CACHELINE, sizeof(*pool));
 }
 
-/* One mmap for the whole arena; fresh anonymous pages are zero. */
+#define KVP_HUGE_PAGE ((size_t)2 << 20)
+
+/*
+ * One mmap for the whole arena (fresh anonymous pages are zero).  An arena
+ * of 2 MiB or more is rounded up to whole 2 MiB pages (Linux aligns such
+ * mappings to them) and asks for transparent huge pages with one madvise,
+ * whose failure (no THP in this kernel) changes nothing else.
+ */
 static int pool_map_arena(struct kvp_pool *pool)
 {
+	size_t bytes;
 	void *p;
 
 	if (__builtin_mul_overflow(pool->block_bytes, (size_t)pool->num_blocks,
-				   &pool->arena_bytes))
+				   &bytes))
 		return -EINVAL;
-	p = mmap(NULL, pool->arena_bytes, PROT_READ | PROT_WRITE,
+	if (bytes >= KVP_HUGE_PAGE) {
+		if (__builtin_add_overflow(bytes, KVP_HUGE_PAGE - 1, &bytes))
+			return -EINVAL;
+		bytes &= ~(KVP_HUGE_PAGE - 1);
+	}
+	p = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
 		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	if (p == MAP_FAILED)
 		return -ENOMEM;
+#ifdef MADV_HUGEPAGE
+	if (bytes >= KVP_HUGE_PAGE)
+		(void)madvise(p, bytes, MADV_HUGEPAGE);
+#endif
 	pool->data = p;
+	pool->arena_bytes = bytes;
 	return 0;
 }
 
@@ -155,7 +175,7 @@ KVP_API int kvp_pool_create(const struct kvp_pool_config *cfg,
 			    struct kvp_pool **out)
 {
 	struct kvp_pool *pool;
-	size_t block_bytes = 0;
+	size_t block_bytes = 0, row_bytes = 0;
 	uint32_t cap;
 	int err;
 
@@ -165,8 +185,8 @@ KVP_API int kvp_pool_create(const struct kvp_pool_config *cfg,
 	if (err)
 		return err;
 	if (cfg->layout) {
-		err = layout_block_bytes(cfg->layout, cfg->block_tokens,
-					 &block_bytes);
+		err = layout_bytes(cfg->layout, cfg->block_tokens, &row_bytes,
+				   &block_bytes);
 		if (err)
 			return err;
 	}
@@ -186,6 +206,7 @@ KVP_API int kvp_pool_create(const struct kvp_pool_config *cfg,
 	pool->flags = cfg->flags;
 	pool->device_id = cfg->device_id;
 	pool->block_bytes = block_bytes;
+	pool->row_bytes = row_bytes;
 	if (cfg->layout) {
 		pool->has_layout = true;
 		pool->layout = *cfg->layout;
@@ -389,15 +410,17 @@ KVP_API int kvp_pool_alloc(struct kvp_pool *pool, uint32_t n, uint32_t *ids)
 	/* Locals: ids may alias anything, so the compiler would reload the
 	 * fields on every iteration. */
 	state = pool->state;
-	slots = tc->slots;
-	/* The hottest ids first; one pass copies and marks. */
-	for (uint32_t i = 0; i < n; i++) {
-		uint32_t id = slots[--c];
-
-		ids[i] = id;
-		atomic_store_explicit(&state[id], 1, memory_order_relaxed);
+	slots = tc->slots + (c - n);
+	/* The top n ids, in slot order: a plain copy, then the marks. */
+	if (n == 1) {
+		ids[0] = slots[0];
+	} else {
+		memcpy(ids, slots, n * sizeof(*ids));
 	}
-	tcache_set_count(tc, c);
+	for (uint32_t i = 0; i < n; i++)
+		atomic_store_explicit(&state[slots[i]], 1,
+				      memory_order_relaxed);
+	tcache_set_count(tc, c - n);
 	tcache_exit(tc);
 	tcache_add(&tc->allocs, n);
 	return 0;
@@ -752,6 +775,11 @@ KVP_API void *kvp_block_data(struct kvp_pool *pool, uint32_t id)
 KVP_API size_t kvp_block_bytes(const struct kvp_pool *pool)
 {
 	return pool ? pool->block_bytes : 0;
+}
+
+KVP_API size_t kvp_pool_row_bytes(const struct kvp_pool *pool)
+{
+	return pool ? pool->row_bytes : 0;
 }
 
 KVP_API uint32_t kvp_pool_block_tokens(const struct kvp_pool *pool)

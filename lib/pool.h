@@ -31,6 +31,7 @@ struct kvp_pool {
 	bool has_layout;
 	struct kvp_layout layout;
 	size_t block_bytes;
+	size_t row_bytes; /* one token's K (or V) for one layer */
 	size_t arena_bytes;
 	unsigned char *data; /* NULL for an ID-only pool */
 	/*

@@ -1,0 +1,132 @@
+/*
+ * data.c - token-level access to the KV data of data-owning pools.
+ *
+ * A block is [layer][K,V][token][head][dim]: for one layer, the K rows of
+ * a block's tokens are contiguous, and so are its V rows, which makes a
+ * gather one copy per block and per K/V.  Every access holds the
+ * sequence's lock, so it sees the sequence's blocks as of one moment.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "manager.h"
+
+enum { KV_K = 0, KV_V = 1 };
+
+/* Address of the row of token `tok` (within its block) of one layer. */
+static unsigned char *row_at(const struct kvp_pool *pool, uint32_t block,
+			     uint32_t layer, int kv, uint32_t tok)
+{
+	size_t at = ((size_t)layer * 2 + (size_t)kv) * pool->block_tokens + tok;
+
+	return pool->data + (size_t)block * pool->block_bytes +
+	       at * pool->row_bytes;
+}
+
+static int check_data_args(struct kvp_manager *m, uint32_t layer,
+			   const void *k, const void *v)
+{
+	if (!m || !k || !v || !m->pool->data)
+		return -EINVAL;
+	if (layer >= m->pool->layout.num_layers)
+		return -EINVAL;
+	return 0;
+}
+
+/* Locks sequence seq and finds the block holding pos. */
+static int locate(struct kvp_manager *m, uint64_t seq, uint32_t pos,
+		  struct kvp_seq **s, uint32_t *block)
+{
+	*s = seq_acquire(m, seq);
+	if (!*s)
+		return -ENOENT;
+	if (pos >= atomic_load_explicit(&(*s)->num_tokens,
+					memory_order_relaxed)) {
+		seq_unlock(*s);
+		return -ERANGE;
+	}
+	*block = (*s)->blocks[pos / m->block_tokens];
+	return 0;
+}
+
+KVP_API int kvp_seq_write(struct kvp_manager *m, uint64_t seq, uint32_t pos,
+			  uint32_t layer, const void *k, const void *v)
+{
+	struct kvp_pool *pool;
+	struct kvp_seq *s;
+	uint32_t block, tok;
+	int err = check_data_args(m, layer, k, v);
+
+	if (err)
+		return err;
+	pool = m->pool;
+	err = locate(m, seq, pos, &s, &block);
+	if (err)
+		return err;
+	/* Relaxed: while we hold the sequence's lock the count can only
+	 * fall (manager.c), so a block seen alone stays ours. */
+	if ((atomic_load_explicit(&pool->state[block], memory_order_relaxed) &
+	     KVP_ST_REFS_MASK) > 1) {
+		err = -EBUSY;
+	} else {
+		tok = pos % m->block_tokens;
+		memcpy(row_at(pool, block, layer, KV_K, tok), k,
+		       pool->row_bytes);
+		memcpy(row_at(pool, block, layer, KV_V, tok), v,
+		       pool->row_bytes);
+	}
+	seq_unlock(s);
+	return err;
+}
+
+KVP_API int kvp_seq_read(struct kvp_manager *m, uint64_t seq, uint32_t pos,
+			 uint32_t layer, void *k, void *v)
+{
+	struct kvp_pool *pool;
+	struct kvp_seq *s;
+	uint32_t block, tok;
+	int err = check_data_args(m, layer, k, v);
+
+	if (err)
+		return err;
+	pool = m->pool;
+	err = locate(m, seq, pos, &s, &block);
+	if (err)
+		return err;
+	tok = pos % m->block_tokens;
+	memcpy(k, row_at(pool, block, layer, KV_K, tok), pool->row_bytes);
+	memcpy(v, row_at(pool, block, layer, KV_V, tok), pool->row_bytes);
+	seq_unlock(s);
+	return 0;
+}
+
+KVP_API int kvp_seq_gather(struct kvp_manager *m, uint64_t seq, uint32_t layer,
+			   void *k_out, void *v_out)
+{
+	struct kvp_pool *pool;
+	struct kvp_seq *s;
+	unsigned char *ko = k_out, *vo = v_out;
+	uint32_t bt, left;
+	int err = check_data_args(m, layer, k_out, v_out);
+
+	if (err)
+		return err;
+	pool = m->pool;
+	bt = m->block_tokens;
+	s = seq_acquire(m, seq);
+	if (!s)
+		return -ENOENT;
+	left = atomic_load_explicit(&s->num_tokens, memory_order_relaxed);
+	for (uint32_t i = 0; left; i++) {
+		uint32_t n = left < bt ? left : bt;
+		size_t bytes = (size_t)n * pool->row_bytes;
+
+		memcpy(ko, row_at(pool, s->blocks[i], layer, KV_K, 0), bytes);
+		memcpy(vo, row_at(pool, s->blocks[i], layer, KV_V, 0), bytes);
+		ko += bytes;
+		vo += bytes;
+		left -= n;
+	}
+	seq_unlock(s);
+	return 0;
+}
