@@ -140,10 +140,31 @@ static void pool_free_memory(struct kvp_pool *pool)
 #define KVP_HUGE_PAGE ((size_t)2 << 20)
 
 /*
+ * Whether transparent huge pages must be asked for with madvise: the
+ * kernel's mode, read once per process ("always" gives them to large
+ * anonymous mappings unasked, "never" refuses them).
+ */
+static pthread_once_t thp_once = PTHREAD_ONCE_INIT;
+static bool thp_needs_madvise; /* written once under thp_once */
+
+static void thp_probe(void)
+{
+	char mode[128] = "";
+	FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "re");
+
+	if (!f)
+		return;
+	if (fgets(mode, sizeof(mode), f))
+		thp_needs_madvise = strstr(mode, "[madvise]") != NULL;
+	fclose(f);
+}
+
+/*
  * One mmap for the whole arena (fresh anonymous pages are zero).  An arena
  * of 2 MiB or more is rounded up to whole 2 MiB pages (Linux aligns such
- * mappings to them) and asks for transparent huge pages with one madvise,
- * whose failure (no THP in this kernel) changes nothing else.
+ * mappings to them); where the kernel gives huge pages only on request, a
+ * madvise asks for them, whose failure changes nothing else.  So one
+ * syscall per pool, two in the kernel's "madvise" mode.
  */
 static int pool_map_arena(struct kvp_pool *pool)
 {
@@ -163,8 +184,11 @@ static int pool_map_arena(struct kvp_pool *pool)
 	if (p == MAP_FAILED)
 		return -ENOMEM;
 #ifdef MADV_HUGEPAGE
-	if (bytes >= KVP_HUGE_PAGE)
-		(void)madvise(p, bytes, MADV_HUGEPAGE);
+	if (bytes >= KVP_HUGE_PAGE) {
+		kvp_check_pthread(pthread_once(&thp_once, thp_probe));
+		if (thp_needs_madvise)
+			(void)madvise(p, bytes, MADV_HUGEPAGE);
+	}
 #endif
 	pool->data = p;
 	pool->arena_bytes = bytes;
