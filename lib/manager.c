@@ -219,7 +219,7 @@ static void seq_recycle(struct rcu_head *head)
 	struct kvp_seq *s = caa_container_of(head, struct kvp_seq, rcu);
 	struct kvp_seq *next;
 
-	kvp_rcu_reclaim();
+	kvp_rcu_reclaim_head(head);
 	for (; s; s = next) {
 		next = s->retire_next;
 		seq_free_push(s->mgr, s);
@@ -235,7 +235,7 @@ static void retire_flush(struct kvp_manager *m)
 		&m->retired, NULL, memory_order_acquire);
 
 	if (batch)
-		urcu_memb_call_rcu(&batch->rcu, seq_recycle);
+		kvp_rcu_call(&batch->rcu, seq_recycle);
 }
 
 #define KVP_RETIRE_BATCH 64

@@ -435,15 +435,13 @@ KVP_API int kvp_pool_alloc(struct kvp_pool *pool, uint32_t n, uint32_t *ids)
 	 * fields on every iteration. */
 	state = pool->state;
 	slots = tc->slots + (c - n);
-	/* The top n ids, in slot order: a plain copy, then the marks. */
-	if (n == 1) {
-		ids[0] = slots[0];
-	} else {
-		memcpy(ids, slots, n * sizeof(*ids));
+	/* The top n ids, in slot order; one pass copies and marks. */
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t id = slots[i];
+
+		ids[i] = id;
+		atomic_store_explicit(&state[id], 1, memory_order_relaxed);
 	}
-	for (uint32_t i = 0; i < n; i++)
-		atomic_store_explicit(&state[slots[i]], 1,
-				      memory_order_relaxed);
 	tcache_set_count(tc, c - n);
 	tcache_exit(tc);
 	tcache_add(&tc->allocs, n);
@@ -604,11 +602,30 @@ drop_sole(struct kvp_pool *pool, const uint32_t *ids, uint32_t n,
 	 * fields (and the sink) on every iteration.  to_array is a constant
 	 * at each call site, so the sink's branch folds away. */
 	_Atomic uint32_t *state = pool->state;
-	uint32_t num_blocks = pool->num_blocks, i, z = 0, *out = sk->out;
+	uint32_t num_blocks = pool->num_blocks, i = 0, z = 0, *out = sk->out;
 	uint32_t nshared = 0;
 	int err = 0;
 
-	for (i = 0; i < n; i++) {
+	/* The common case first: every block held by the caller alone, so
+	 * the i-th id is the i-th block freed. */
+	if (to_array) {
+		for (; i < n; i++) {
+			uint32_t id = ids[i];
+
+			if (unlikely(id >= num_blocks))
+				break;
+			/* Acquire: as below. */
+			if (unlikely(atomic_load_explicit(
+					     &state[id],
+					     memory_order_acquire) != 1))
+				break;
+			atomic_store_explicit(&state[id], 0,
+					      memory_order_relaxed);
+			out[i] = id;
+		}
+		z = i;
+	}
+	for (; i < n; i++) {
 		uint32_t id = ids[i], s;
 
 		if (unlikely(id >= num_blocks)) {

@@ -47,4 +47,22 @@ static inline void kvp_rcu_callback_done(void)
 	kvp_tsan_release(&kvp_rcu_tsan_barrier);
 }
 
+/*
+ * call_rcu with the hand-off annotated: what the caller did before
+ * happens before the callback, which must start with kvp_rcu_reclaim_head()
+ * (liburcu's queue is invisible to TSan).
+ */
+static inline void kvp_rcu_call(struct rcu_head *head,
+				void (*fn)(struct rcu_head *))
+{
+	kvp_tsan_release(head);
+	urcu_memb_call_rcu(head, fn);
+}
+
+static inline void kvp_rcu_reclaim_head(struct rcu_head *head)
+{
+	kvp_tsan_acquire(head);
+	kvp_rcu_reclaim();
+}
+
 #endif /* KVP_RCU_H */
