@@ -235,18 +235,20 @@ KVP_API int kvp_pool_create(const struct kvp_pool_config *cfg,
 		pool->has_layout = true;
 		pool->layout = *cfg->layout;
 	}
-	pool->state = kvp_calloc(cfg->num_blocks, sizeof(*pool->state));
-	pool->next = kvp_calloc(cfg->num_blocks, sizeof(*pool->next));
-	if (!pool->state || !pool->next) {
-		pool_free_memory(pool);
-		return -ENOMEM;
-	}
+	/* The arena first: its size check and mmap fail fast, before
+	 * gigabytes of metadata are allocated for a pool that cannot be. */
 	if (cfg->layout) {
 		err = pool_map_arena(pool);
 		if (err) {
 			pool_free_memory(pool);
 			return err;
 		}
+	}
+	pool->state = kvp_calloc(cfg->num_blocks, sizeof(*pool->state));
+	pool->next = kvp_calloc(cfg->num_blocks, sizeof(*pool->next));
+	if (!pool->state || !pool->next) {
+		pool_free_memory(pool);
+		return -ENOMEM;
 	}
 	for (uint32_t i = 0; i < cfg->num_blocks; i++)
 		atomic_init(&pool->state[i], 0);
