@@ -49,41 +49,17 @@ static int locate(struct kvp_manager *m, uint64_t seq, uint32_t pos,
 	return 0;
 }
 
-KVP_API int kvp_seq_write(struct kvp_manager *m, uint64_t seq, uint32_t pos,
-			  uint32_t layer, const void *k, const void *v)
+/*
+ * Moves the K and V rows of token pos of one layer between the caller's
+ * buffers and the sequence's block: in (a write, refused on a shared
+ * block) or out (a read).
+ */
+static int move_rows(struct kvp_manager *m, uint64_t seq, uint32_t pos,
+		     uint32_t layer, void *k, void *v, bool in)
 {
 	struct kvp_pool *pool;
 	struct kvp_seq *s;
-	uint32_t block, tok;
-	int err = check_data_args(m, layer, k, v);
-
-	if (err)
-		return err;
-	pool = m->pool;
-	err = locate(m, seq, pos, &s, &block);
-	if (err)
-		return err;
-	/* Relaxed: while we hold the sequence's lock the count can only
-	 * fall (manager.c), so a block seen alone stays ours. */
-	if ((atomic_load_explicit(&pool->state[block], memory_order_relaxed) &
-	     KVP_ST_REFS_MASK) > 1) {
-		err = -EBUSY;
-	} else {
-		tok = pos % m->block_tokens;
-		memcpy(row_at(pool, block, layer, KV_K, tok), k,
-		       pool->row_bytes);
-		memcpy(row_at(pool, block, layer, KV_V, tok), v,
-		       pool->row_bytes);
-	}
-	seq_unlock(s);
-	return err;
-}
-
-KVP_API int kvp_seq_read(struct kvp_manager *m, uint64_t seq, uint32_t pos,
-			 uint32_t layer, void *k, void *v)
-{
-	struct kvp_pool *pool;
-	struct kvp_seq *s;
+	unsigned char *rk, *rv;
 	uint32_t block, tok;
 	int err = check_data_args(m, layer, k, v);
 
@@ -94,10 +70,37 @@ KVP_API int kvp_seq_read(struct kvp_manager *m, uint64_t seq, uint32_t pos,
 	if (err)
 		return err;
 	tok = pos % m->block_tokens;
-	memcpy(k, row_at(pool, block, layer, KV_K, tok), pool->row_bytes);
-	memcpy(v, row_at(pool, block, layer, KV_V, tok), pool->row_bytes);
+	rk = row_at(pool, block, layer, KV_K, tok);
+	rv = row_at(pool, block, layer, KV_V, tok);
+	if (!in) {
+		memcpy(k, rk, pool->row_bytes);
+		memcpy(v, rv, pool->row_bytes);
+	} else if ((atomic_load_explicit(&pool->state[block],
+					 memory_order_relaxed) &
+		    KVP_ST_REFS_MASK) > 1) {
+		/* Relaxed: while we hold the sequence's lock the count can
+		 * only fall (manager.c), so a block seen alone stays ours. */
+		err = -EBUSY;
+	} else {
+		memcpy(rk, k, pool->row_bytes);
+		memcpy(rv, v, pool->row_bytes);
+	}
 	seq_unlock(s);
-	return 0;
+	return err;
+}
+
+KVP_API int kvp_seq_write(struct kvp_manager *m, uint64_t seq, uint32_t pos,
+			  uint32_t layer, const void *k, const void *v)
+{
+	/* The casts only share code with reads: in = true never writes
+	 * through k or v. */
+	return move_rows(m, seq, pos, layer, (void *)k, (void *)v, true);
+}
+
+KVP_API int kvp_seq_read(struct kvp_manager *m, uint64_t seq, uint32_t pos,
+			 uint32_t layer, void *k, void *v)
+{
+	return move_rows(m, seq, pos, layer, k, v, false);
 }
 
 KVP_API int kvp_seq_gather(struct kvp_manager *m, uint64_t seq, uint32_t layer,
