@@ -50,7 +50,6 @@
 #define KVP_DEFAULT_EVICTION_THRESHOLD 0.9f
 #define KVP_DEFAULT_WATERMARK 0.01f
 #define KVP_MANAGER_KNOWN_FLAGS 0u
-#define KVP_MIN_TABLE 4u
 
 /* ------------------------------------------------------------------ */
 /* Statistics                                                          */
@@ -144,32 +143,59 @@ static size_t table_bytes(uint32_t cap)
 	return (size_t)cap * sizeof(uint32_t);
 }
 
-/* A new struct for m, dead and unpublished; cache-line aligned so that
- * sequences of different threads never share a line. */
-static struct kvp_seq *seq_new(struct kvp_manager *m)
+/* Puts one struct on the free list. */
+static void seq_free_push(struct kvp_manager *m, struct kvp_seq *s)
 {
-	struct kvp_seq *s = kvp_malloc_aligned(KVP_CACHELINE, sizeof(*s));
-	struct kvp_seq *head;
+	struct kvp_seq *top;
 
-	if (!s)
-		return NULL;
-	memset(s, 0, sizeof(*s));
-	s->blocks = kvp_malloc(table_bytes(KVP_MIN_TABLE));
-	if (!s->blocks) {
-		kvp_free_aligned(s, KVP_CACHELINE, sizeof(*s));
-		return NULL;
-	}
-	s->cap = KVP_MIN_TABLE;
-	s->mgr = m;
-	atomic_init(&s->dead, true);
-	/* Push-only list: a plain CAS push, read only at destruction. */
-	head = atomic_load_explicit(&m->all_seqs, memory_order_relaxed);
+	top = atomic_load_explicit(&m->free_seqs, memory_order_relaxed);
 	do
-		s->all_next = head;
-	while (!atomic_compare_exchange_weak_explicit(&m->all_seqs, &head, s,
+		atomic_store_explicit(&s->free_next, top, memory_order_relaxed);
+	/* Release: the struct's last state happens before its reuse. */
+	while (!atomic_compare_exchange_weak_explicit(&m->free_seqs, &top, s,
 						      memory_order_release,
 						      memory_order_relaxed));
-	return s;
+}
+
+/*
+ * A new slab of dead, unpublished structs for m; returns the first and
+ * puts the others on the free list (pushing a struct that was never
+ * popped cannot cause ABA).  Cache-line aligned, so that sequences of
+ * different threads never share a line.
+ */
+static struct kvp_seq *seq_new(struct kvp_manager *m)
+{
+	struct seq_slab *slab = kvp_malloc_aligned(KVP_CACHELINE, sizeof(*slab));
+	struct seq_slab *head;
+
+	if (!slab)
+		return NULL;
+	memset(slab, 0, sizeof(*slab));
+	for (int i = 0; i < KVP_SEQ_SLAB; i++) {
+		struct kvp_seq *s = &slab->seqs[i];
+
+		s->blocks = s->inline_blocks;
+		s->cap = KVP_INLINE_TABLE;
+		s->mgr = m;
+		atomic_init(&s->dead, true);
+	}
+	/* Push-only list: a plain CAS push, read only at destruction. */
+	head = atomic_load_explicit(&m->slabs, memory_order_relaxed);
+	do
+		slab->next = head;
+	while (!atomic_compare_exchange_weak_explicit(&m->slabs, &head, slab,
+						      memory_order_release,
+						      memory_order_relaxed));
+	for (int i = 1; i < KVP_SEQ_SLAB; i++)
+		seq_free_push(m, &slab->seqs[i]);
+	return &slab->seqs[0];
+}
+
+/* Frees a table that is not the struct's inline one. */
+static void table_free(struct kvp_seq *s, uint32_t *t, uint32_t cap)
+{
+	if (t != s->inline_blocks)
+		kvp_free(t, table_bytes(cap));
 }
 
 /*
@@ -196,20 +222,6 @@ static struct kvp_seq *seq_take(struct kvp_manager *m)
 	}
 	kvp_rcu_read_unlock();
 	return s ? s : seq_new(m);
-}
-
-/* Puts one struct on the free list. */
-static void seq_free_push(struct kvp_manager *m, struct kvp_seq *s)
-{
-	struct kvp_seq *top;
-
-	top = atomic_load_explicit(&m->free_seqs, memory_order_relaxed);
-	do
-		atomic_store_explicit(&s->free_next, top, memory_order_relaxed);
-	/* Release: the struct's last state happens before its reuse. */
-	while (!atomic_compare_exchange_weak_explicit(&m->free_seqs, &top, s,
-						      memory_order_release,
-						      memory_order_relaxed));
 }
 
 /* RCU callback: a batch of removed (or never published) structs, chained
@@ -395,7 +407,7 @@ static void table_install(struct kvp_seq *s, uint32_t *t, uint32_t cap)
 {
 	if (t == s->blocks)
 		return;
-	kvp_free(s->blocks, table_bytes(s->cap));
+	table_free(s, s->blocks, s->cap);
 	s->blocks = t;
 	s->cap = cap;
 }
@@ -403,7 +415,7 @@ static void table_install(struct kvp_seq *s, uint32_t *t, uint32_t cap)
 static void table_discard(struct kvp_seq *s, uint32_t *t, uint32_t cap)
 {
 	if (t != s->blocks)
-		kvp_free(t, (size_t)cap * sizeof(*t));
+		table_free(s, t, cap);
 }
 
 /* Removes a locked, live sequence; unlocks it.  See the argument above. */
@@ -1043,7 +1055,7 @@ KVP_API int kvp_manager_create(const struct kvp_manager_config *cfg,
 	}
 	pool = cfg->pool;
 	m->uid = tcache_next_uid();
-	atomic_init(&m->all_seqs, NULL);
+	atomic_init(&m->slabs, NULL);
 	atomic_init(&m->free_seqs, NULL);
 	atomic_init(&m->retired, NULL);
 	atomic_init(&m->nretired, 0);
@@ -1067,7 +1079,8 @@ KVP_API int kvp_manager_create(const struct kvp_manager_config *cfg,
 KVP_API void kvp_manager_destroy(struct kvp_manager *m)
 {
 	struct seqmap_iter iter;
-	struct kvp_seq *s, *next;
+	struct seq_slab *slab, *next;
+	struct kvp_seq *s;
 	struct kvp_manager **pp;
 	struct kvp_pool *pool;
 
@@ -1087,11 +1100,13 @@ KVP_API void kvp_manager_destroy(struct kvp_manager *m)
 	retire_flush(m);
 	kvp_rcu_barrier();
 	seqmap_fini(&m->map);
-	for (s = atomic_load_explicit(&m->all_seqs, memory_order_acquire); s;
-	     s = next) {
-		next = s->all_next;
-		kvp_free(s->blocks, table_bytes(s->cap));
-		kvp_free_aligned(s, KVP_CACHELINE, sizeof(*s));
+	for (slab = atomic_load_explicit(&m->slabs, memory_order_acquire); slab;
+	     slab = next) {
+		next = slab->next;
+		for (int i = 0; i < KVP_SEQ_SLAB; i++)
+			table_free(&slab->seqs[i], slab->seqs[i].blocks,
+				   slab->seqs[i].cap);
+		kvp_free_aligned(slab, KVP_CACHELINE, sizeof(*slab));
 	}
 
 	pool = m->pool;

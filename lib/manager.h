@@ -15,6 +15,8 @@
 #include "pool.h"
 #include "seqmap.h"
 
+#define KVP_INLINE_TABLE 16
+
 /*
  * A sequence.  Its struct is type-stable: it belongs to one manager, is
  * recycled through the manager's free list (after an RCU grace period, so
@@ -26,7 +28,6 @@ struct kvp_seq {
 	struct cds_lfht_node node; /* seqmap */
 	struct rcu_head rcu;
 	struct kvp_manager *mgr; /* immutable */
-	struct kvp_seq *all_next; /* immutable: the manager's list of structs */
 	/* The manager's free list.  Synchronization: see seq_take(). */
 	_Atomic(struct kvp_seq *) free_next;
 	/* The manager's retire list, then the batch handed to call_rcu.
@@ -54,6 +55,15 @@ struct kvp_seq {
 	_Atomic uint32_t num_tokens;
 	_Atomic int32_t priority;
 	_Atomic uint64_t last_access, access_count;
+	/* The table of short sequences (blocks points here until it grows). */
+	uint32_t inline_blocks[KVP_INLINE_TABLE];
+};
+
+/* Sequence structs come in cache-aligned slabs, freed with the manager. */
+#define KVP_SEQ_SLAB 32
+struct seq_slab {
+	struct kvp_seq seqs[KVP_SEQ_SLAB];
+	struct seq_slab *next; /* immutable: the manager's slab list */
 };
 
 /* Statistics counters, sharded so that threads rarely share a line. */
@@ -76,9 +86,9 @@ struct kvp_manager {
 	struct seqmap map;
 	/* The pool's manager list.  Synchronization: pool->mgr_lock. */
 	struct kvp_manager *pool_next;
-	/* Every sequence struct of the manager: push-only (CAS), freed at
+	/* Every slab of sequence structs: push-only (CAS), freed at
 	 * destruction. */
-	_Atomic(struct kvp_seq *) all_seqs;
+	_Atomic(struct seq_slab *) slabs;
 	/* Recycled structs: a Treiber stack, pushed by RCU callbacks, popped
 	 * inside read-side sections (which rules out ABA: a popped struct
 	 * comes back only after a grace period). */

@@ -527,8 +527,20 @@ static __attribute__((noinline)) int check_multiplicity(struct kvp_pool *pool, c
 						    memory_order_relaxed)))
 			buf[m++] = ids[i];
 	if (m <= KVP_ARRAY_SIZE(local)) {
-		/* Few ids (a forked sequence's table): count each id's
-		 * occurrences directly, no sort. */
+		/* Few ids (a forked sequence's table).  Usually no id repeats:
+		 * a 64-bit filter proves it in one pass; only a collision in
+		 * it leads to counting occurrences directly. */
+		uint64_t seen = 0;
+		bool collide = false;
+
+		for (uint32_t i = 0; i < m; i++) {
+			uint64_t bit = 1ull << ((buf[i] * 0x9e3779b1u) >> 26);
+
+			collide |= (seen & bit) != 0;
+			seen |= bit;
+		}
+		if (!collide)
+			goto out;
 		for (uint32_t i = 0; i < m && !err; i++) {
 			uint32_t k = 1;
 
