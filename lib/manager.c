@@ -143,16 +143,19 @@ static size_t table_bytes(uint32_t cap)
 	return (size_t)cap * sizeof(uint32_t);
 }
 
-/* Puts one struct on the free list. */
-static void seq_free_push(struct kvp_manager *m, struct kvp_seq *s)
+/* Puts a chain of structs, first..last linked through `link`, on the
+ * free list with one CAS; only the last one's link is written. */
+static void seq_free_push(struct kvp_manager *m, struct kvp_seq *first,
+			  struct kvp_seq *last)
 {
 	struct kvp_seq *top;
 
 	top = atomic_load_explicit(&m->free_seqs, memory_order_relaxed);
 	do
-		atomic_store_explicit(&s->free_next, top, memory_order_relaxed);
-	/* Release: the struct's last state happens before its reuse. */
-	while (!atomic_compare_exchange_weak_explicit(&m->free_seqs, &top, s,
+		atomic_store_explicit(&last->link, top, memory_order_relaxed);
+	/* Release: the structs' last state happens before their reuse. */
+	while (!atomic_compare_exchange_weak_explicit(&m->free_seqs, &top,
+						      first,
 						      memory_order_release,
 						      memory_order_relaxed));
 }
@@ -186,8 +189,9 @@ static struct kvp_seq *seq_new(struct kvp_manager *m)
 	while (!atomic_compare_exchange_weak_explicit(&m->slabs, &head, slab,
 						      memory_order_release,
 						      memory_order_relaxed));
-	for (int i = 1; i < KVP_SEQ_SLAB; i++)
-		seq_free_push(m, &slab->seqs[i]);
+	for (int i = 1; i + 1 < KVP_SEQ_SLAB; i++)
+		atomic_init(&slab->seqs[i].link, &slab->seqs[i + 1]);
+	seq_free_push(m, &slab->seqs[1], &slab->seqs[KVP_SEQ_SLAB - 1]);
 	return &slab->seqs[0];
 }
 
@@ -213,8 +217,7 @@ static struct kvp_seq *seq_take(struct kvp_manager *m)
 	s = atomic_load_explicit(&m->free_seqs, memory_order_acquire);
 	while (s) {
 		/* Relaxed: if s was popped meanwhile, the CAS fails. */
-		next = atomic_load_explicit(&s->free_next,
-					    memory_order_relaxed);
+		next = atomic_load_explicit(&s->link, memory_order_relaxed);
 		if (atomic_compare_exchange_weak_explicit(
 			    &m->free_seqs, &s, next, memory_order_acquire,
 			    memory_order_acquire))
@@ -225,17 +228,18 @@ static struct kvp_seq *seq_take(struct kvp_manager *m)
 }
 
 /* RCU callback: a batch of removed (or never published) structs, chained
- * through retire_next, becomes reusable. */
+ * through `link`, becomes reusable: one splice onto the free list. */
 static void seq_recycle(struct rcu_head *head)
 {
-	struct kvp_seq *s = caa_container_of(head, struct kvp_seq, rcu);
-	struct kvp_seq *next;
+	struct kvp_seq *first = caa_container_of(head, struct kvp_seq, rcu);
+	struct kvp_seq *last = first, *next;
 
 	kvp_rcu_reclaim_head(head);
-	for (; s; s = next) {
-		next = s->retire_next;
-		seq_free_push(s->mgr, s);
-	}
+	/* Relaxed: the batch was handed over with the call_rcu. */
+	while ((next = atomic_load_explicit(&last->link,
+					    memory_order_relaxed)))
+		last = next;
+	seq_free_push(first->mgr, first, last);
 	kvp_rcu_callback_done();
 }
 
@@ -268,8 +272,8 @@ static void seq_retire(struct kvp_seq *s)
 
 	top = atomic_load_explicit(&m->retired, memory_order_relaxed);
 	do
-		s->retire_next = top;
-	/* Release: publishes retire_next to the detaching thread. */
+		atomic_store_explicit(&s->link, top, memory_order_relaxed);
+	/* Release: publishes the link to the detaching thread. */
 	while (!atomic_compare_exchange_weak_explicit(&m->retired, &top, s,
 						      memory_order_release,
 						      memory_order_relaxed));

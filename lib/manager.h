@@ -28,11 +28,10 @@ struct kvp_seq {
 	struct cds_lfht_node node; /* seqmap */
 	struct rcu_head rcu;
 	struct kvp_manager *mgr; /* immutable */
-	/* The manager's free list.  Synchronization: see seq_take(). */
-	_Atomic(struct kvp_seq *) free_next;
-	/* The manager's retire list, then the batch handed to call_rcu.
-	 * Synchronization: see seq_retire(). */
-	struct kvp_seq *retire_next;
+	/* The next struct on the manager's retire list, in the batch handed
+	 * to call_rcu, or on its free list: a struct is on one of them at a
+	 * time.  Synchronization: see seq_retire() and seq_take(). */
+	_Atomic(struct kvp_seq *) link;
 	/* Written only while the struct is unpublished, under lock; read
 	 * under lock or by map readers of a published node. */
 	uint64_t id;
