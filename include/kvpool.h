@@ -463,8 +463,10 @@ KVP_API int kvp_export_block_table(struct kvp_manager *m, const uint64_t *seqs,
  * FlashInfer paged layout: indptr[0..nseq] (indptr[0] = 0), the block ids
  * of all sequences in indices[0..indptr[nseq]), and last_page_len[i] in
  * [1, block_tokens] (0 for a sequence with no tokens).  With indices NULL,
- * returns the number of indices needed instead.  Errors: -EINVAL, -ENOENT,
- * -ENOSPC (more than cap indices), -EOVERFLOW (more than INT32_MAX).
+ * returns the number of indices needed instead.  Errors: -EINVAL (NULL m,
+ * seqs NULL with nseq > 0, or indices given without indptr, or without
+ * last_page_len when nseq > 0), -ENOENT, -ENOSPC (more than cap indices),
+ * -EOVERFLOW (more than INT32_MAX).
  */
 KVP_API int kvp_export_csr(struct kvp_manager *m, const uint64_t *seqs,
 			   uint32_t nseq, int32_t *indptr, int32_t *indices,
@@ -513,8 +515,9 @@ struct kvp_hash_keys {
  * [b] with parent = the hash of [a].  A pure function: thread-safe.
  * Returns the number of blocks hashed, or -EINVAL (unknown algorithm,
  * block_tokens 0, tokens NULL with ntokens > 0, out NULL with a block to
- * hash, salt NULL with salt_len > 0), -EIO (XXH3 without a seed and no
- * randomness for its secret).
+ * hash, salt NULL with salt_len > 0, more than INT32_MAX blocks), -EIO
+ * (XXH3 without a seed, and no randomness for its secret when it was
+ * first needed: the secret is drawn once per process).
  */
 KVP_API int kvp_hash_blocks(enum kvp_hash_algo algo,
 			    const struct kvp_hash *parent,

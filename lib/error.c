@@ -21,7 +21,7 @@ KVP_API const char *kvp_strerror(int err)
 	case -EEXIST:
 		return "sequence id already in use";
 	case -ERANGE:
-		return "block id out of range";
+		return "out of range (block id, token position or count)";
 	case -EALREADY:
 		return "block already free";
 	case -EOVERFLOW:
@@ -30,6 +30,8 @@ KVP_API const char *kvp_strerror(int err)
 		return "resource busy";
 	case -EFAULT:
 		return "invariant violated";
+	case -EIO:
+		return "input/output error";
 	default:
 		return "unknown kvpool error";
 	}

@@ -785,25 +785,16 @@ KVP_API int kvp_seq_stream_trim(struct kvp_manager *m, uint64_t id,
 	first_tail = window_tokens >= tokens ? 0 : (tokens - window_tokens) / bt;
 	if (first_tail > keep_head) {
 		uint32_t n = first_tail - keep_head;
-		uint32_t freed[64], *tmp = freed;
 
-		/* release_blocks reorders its argument: copy them out. */
-		if (n > KVP_ARRAY_SIZE(freed))
-			tmp = kvp_malloc(n * sizeof(*tmp));
-		if (!tmp) {
-			seq_unlock(s);
-			return -ENOMEM;
-		}
-		memcpy(tmp, s->blocks + keep_head, n * sizeof(*tmp));
+		/* release_blocks reorders the ids it is given: harmless here,
+		 * the tail is moved over them next. */
+		release_blocks(m, s->blocks + keep_head, n);
 		memmove(s->blocks + keep_head, s->blocks + first_tail,
 			(s->nblocks - first_tail) * sizeof(*s->blocks));
 		s->nblocks -= n;
 		s->tail_shared = true; /* conservative, as for truncate */
 		gone = n * bt;
 		seq_set_tokens(s, tokens - gone);
-		release_blocks(m, tmp, n);
-		if (tmp != freed)
-			kvp_free(tmp, n * sizeof(*tmp));
 	}
 	touch(s);
 	seq_unlock(s);

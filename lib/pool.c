@@ -505,68 +505,66 @@ static inline void sink_put(struct kvp_pool *pool, struct free_sink *sk,
 	sk->last = id;
 }
 
+/* Whether block id, repeated k times in a free, lacks the references. */
+static bool too_few_refs(struct kvp_pool *pool, uint32_t id, uint32_t k)
+{
+	return k > 1 && (atomic_load_explicit(&pool->state[id],
+					      memory_order_relaxed) &
+			 KVP_ST_REFS_MASK) < k;
+}
+
+#define KVP_FREE_SORT_MAX 1024u /* shared ids sorted on the stack */
+
 /*
  * An id repeated k times needs k references.  The shared ids (still held
- * after the first pass) are sorted and each run's length compared with the
- * block's count, which a legitimate caller's own references keep at least
- * that high whatever other holders do.
+ * after the first pass) are checked against their counts, which a
+ * legitimate caller's own references keep at least that high whatever
+ * other holders do.  Usually no id repeats: a 64-bit filter proves it in
+ * one pass.  Otherwise up to KVP_FREE_SORT_MAX shared ids are sorted in a
+ * stack buffer; beyond that each id's occurrences are counted in place.
+ * No allocation: a free never fails for lack of memory.
  */
-static __attribute__((noinline)) int check_multiplicity(struct kvp_pool *pool, const uint32_t *ids,
-			      uint32_t n, uint32_t shared)
+static __attribute__((noinline)) int
+check_multiplicity(struct kvp_pool *pool, const uint32_t *ids, uint32_t n)
 {
-	uint32_t local[64], *buf = local, m = 0;
-	int err = 0;
+	uint32_t buf[KVP_FREE_SORT_MAX], m = 0;
+	uint64_t seen = 0;
+	bool collide = false;
 
-	if (shared > KVP_ARRAY_SIZE(local)) {
-		buf = kvp_malloc(shared * sizeof(*buf));
-		if (!buf)
-			return -ENOMEM;
+	for (uint32_t i = 0; i < n; i++) {
+		uint64_t bit;
+
+		if (!state_held(atomic_load_explicit(&pool->state[ids[i]],
+						     memory_order_relaxed)))
+			continue; /* taken to zero by the first pass */
+		bit = 1ull << ((ids[i] * 0x9e3779b1u) >> 26);
+		collide |= (seen & bit) != 0;
+		seen |= bit;
+		if (m < KVP_FREE_SORT_MAX)
+			buf[m] = ids[i];
+		m++;
 	}
-	for (uint32_t i = 0; i < n && m < shared; i++)
-		if (state_held(atomic_load_explicit(&pool->state[ids[i]],
-						    memory_order_relaxed)))
-			buf[m++] = ids[i];
-	if (m <= KVP_ARRAY_SIZE(local)) {
-		/* Few ids (a forked sequence's table).  Usually no id repeats:
-		 * a 64-bit filter proves it in one pass; only a collision in
-		 * it leads to counting occurrences directly. */
-		uint64_t seen = 0;
-		bool collide = false;
+	if (!collide)
+		return 0;
+	if (m > KVP_FREE_SORT_MAX) {
+		for (uint32_t i = 0; i < n; i++) {
+			uint32_t k = 0;
 
-		for (uint32_t i = 0; i < m; i++) {
-			uint64_t bit = 1ull << ((buf[i] * 0x9e3779b1u) >> 26);
-
-			collide |= (seen & bit) != 0;
-			seen |= bit;
+			for (uint32_t j = 0; j < n; j++)
+				k += ids[j] == ids[i];
+			if (too_few_refs(pool, ids[i], k))
+				return -EALREADY;
 		}
-		if (!collide)
-			goto out;
-		for (uint32_t i = 0; i < m && !err; i++) {
-			uint32_t k = 1;
-
-			for (uint32_t j = i + 1; j < m; j++)
-				k += buf[j] == buf[i];
-			if (k > 1 && (atomic_load_explicit(
-					      &pool->state[buf[i]],
-					      memory_order_relaxed) &
-				      KVP_ST_REFS_MASK) < k)
-				err = -EALREADY;
-		}
-		goto out;
+		return 0;
 	}
 	qsort(buf, m, sizeof(*buf), cmp_u32);
-	for (uint32_t i = 0, j; i < m && !err; i = j) {
+	for (uint32_t i = 0, j; i < m; i = j) {
 		for (j = i + 1; j < m && buf[j] == buf[i]; j++)
 			;
-		if (j - i > 1 && (atomic_load_explicit(&pool->state[buf[i]],
-						       memory_order_relaxed) &
-				  KVP_ST_REFS_MASK) < j - i)
-			err = -EALREADY;
+		if (too_few_refs(pool, buf[i], j - i))
+			return -EALREADY;
 	}
-out:
-	if (buf != local)
-		kvp_free(buf, shared * sizeof(*buf));
-	return err;
+	return 0;
 }
 
 /*
@@ -687,7 +685,7 @@ drop_refs(struct kvp_pool *pool, const uint32_t *ids, uint32_t n,
 	if (likely(r < 0 || shared == 0))
 		return r;
 	if (shared > 1) {
-		r = check_multiplicity(pool, ids, n, shared);
+		r = check_multiplicity(pool, ids, n);
 		if (r) {
 			undo_sole(pool, ids, n);
 			return r;
