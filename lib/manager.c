@@ -160,15 +160,20 @@ static void seq_free_push(struct kvp_manager *m, struct kvp_seq *first,
 						      memory_order_relaxed));
 }
 
+/* The calling thread's slab of fresh structs.  Owner thread only. */
+static KVP_TLS struct seq_slab *fresh_slab;
+static KVP_TLS uint64_t fresh_slab_mgr; /* its manager's uid */
+static KVP_TLS unsigned fresh_next;	/* its next unused struct */
+
 /*
  * A new slab of dead, unpublished structs for m; returns the first and
- * puts the others on the free list (pushing a struct that was never
- * popped cannot cause ABA).  Cache-line aligned, so that sequences of
+ * keeps the others for this thread's next creates.  Cache-line aligned, so that sequences of
  * different threads never share a line.
  */
 static struct kvp_seq *seq_new(struct kvp_manager *m)
 {
-	struct seq_slab *slab = kvp_malloc_aligned(KVP_CACHELINE, sizeof(*slab));
+	struct seq_slab *slab =
+		kvp_malloc_aligned(_Alignof(struct seq_slab), sizeof(*slab));
 	struct seq_slab *head;
 
 	if (!slab)
@@ -189,9 +194,10 @@ static struct kvp_seq *seq_new(struct kvp_manager *m)
 	while (!atomic_compare_exchange_weak_explicit(&m->slabs, &head, slab,
 						      memory_order_release,
 						      memory_order_relaxed));
-	for (int i = 1; i + 1 < KVP_SEQ_SLAB; i++)
-		atomic_init(&slab->seqs[i].link, &slab->seqs[i + 1]);
-	seq_free_push(m, &slab->seqs[1], &slab->seqs[KVP_SEQ_SLAB - 1]);
+	/* The rest are this thread's to hand out (seq_take). */
+	fresh_slab = slab;
+	fresh_slab_mgr = m->uid;
+	fresh_next = 1;
 	return &slab->seqs[0];
 }
 
@@ -212,6 +218,10 @@ static struct kvp_seq *seq_take(struct kvp_manager *m)
 {
 	struct kvp_seq *s, *next;
 
+	/* Fresh structs first, from this thread's own slab: sequences of
+	 * different threads then sit apart, as separate allocations did. */
+	if (fresh_slab_mgr == m->uid && fresh_next < KVP_SEQ_SLAB)
+		return &fresh_slab->seqs[fresh_next++];
 	kvp_rcu_read_lock();
 	/* Acquire: pairs with seq_recycle()'s release push. */
 	s = atomic_load_explicit(&m->free_seqs, memory_order_acquire);
@@ -1101,7 +1111,7 @@ KVP_API void kvp_manager_destroy(struct kvp_manager *m)
 		for (int i = 0; i < KVP_SEQ_SLAB; i++)
 			table_free(&slab->seqs[i], slab->seqs[i].blocks,
 				   slab->seqs[i].cap);
-		kvp_free_aligned(slab, KVP_CACHELINE, sizeof(*slab));
+		kvp_free_aligned(slab, _Alignof(struct seq_slab), sizeof(*slab));
 	}
 
 	pool = m->pool;

@@ -25,7 +25,9 @@
  * safe to lock and check: `dead` or another id means a miss.
  */
 struct kvp_seq {
-	struct cds_lfht_node node; /* seqmap */
+	/* Whole pairs of cache lines (CPUs prefetch lines in pairs):
+	 * neighbours in a slab often belong to other threads. */
+	_Alignas(2 * KVP_CACHELINE) struct cds_lfht_node node; /* seqmap */
 	struct rcu_head rcu;
 	struct kvp_manager *mgr; /* immutable */
 	/* The next struct on the manager's retire list, in the batch handed
@@ -59,6 +61,8 @@ struct kvp_seq {
 };
 
 /* Sequence structs come in cache-aligned slabs, freed with the manager. */
+_Static_assert(sizeof(struct kvp_seq) % (2 * KVP_CACHELINE) == 0,
+	       "a sequence occupies whole pairs of cache lines");
 #define KVP_SEQ_SLAB 32
 struct seq_slab {
 	struct kvp_seq seqs[KVP_SEQ_SLAB];
