@@ -25,7 +25,6 @@
 #include "check_common.h"
 
 #define BT CHECK_BLOCK_TOKENS /* tokens per block unless a test says */
-#define ULL(x) ((unsigned long long)(x))
 
 enum { KV_K = 0, KV_V = 1 };
 
@@ -139,17 +138,6 @@ static void pattern(void *buf, size_t n, uint64_t seq, uint32_t pos,
 	}
 }
 
-static int all_bytes(const void *buf, size_t n, unsigned char want)
-{
-	const unsigned char *b = buf;
-	size_t i;
-
-	for (i = 0; i < n; i++)
-		if (b[i] != want)
-			return 0;
-	return 1;
-}
-
 static void *xmalloc(size_t n)
 {
 	void *p = malloc(n ? n : 1);
@@ -158,76 +146,7 @@ static void *xmalloc(size_t n)
 	return p;
 }
 
-#define create_ok(m, s, t) create_ok_at((m), (s), (t), __LINE__)
-static void create_ok_at(struct kvp_manager *m, uint64_t s, uint32_t t,
-			 int line)
-{
-	int rc = kvp_seq_create(m, s, t);
-
-	ck_assert_msg(rc == 0, "line %d: kvp_seq_create(%llu, %u) = %d (%s)",
-		      line, ULL(s), t, rc, kvp_strerror(rc));
-}
-
-#define append_ok(m, s, t) append_ok_at((m), (s), (t), __LINE__)
-static void append_ok_at(struct kvp_manager *m, uint64_t s, uint32_t t,
-			 int line)
-{
-	struct kvp_copy cow[2];
-	uint32_t ncow = 99;
-	int rc = kvp_seq_append(m, s, t, cow, ARRAY_SIZE(cow), &ncow);
-
-	ck_assert_msg(rc == 0, "line %d: kvp_seq_append(%llu, %u) = %d (%s)",
-		      line, ULL(s), t, rc, kvp_strerror(rc));
-	ck_assert_msg(ncow == 0,
-		      "line %d: kvp_seq_append(%llu, %u): ncow = %u, want 0",
-		      line, ULL(s), t, ncow);
-}
-
-#define fork_ok(m, s, d) fork_ok_at((m), (s), (d), __LINE__)
-static void fork_ok_at(struct kvp_manager *m, uint64_t s, uint64_t d, int line)
-{
-	int rc = kvp_seq_fork(m, s, d);
-
-	ck_assert_msg(rc == 0, "line %d: kvp_seq_fork(%llu, %llu) = %d (%s)",
-		      line, ULL(s), ULL(d), rc, kvp_strerror(rc));
-}
-
-#define free_ok(m, s) free_ok_at((m), (s), __LINE__)
-static void free_ok_at(struct kvp_manager *m, uint64_t s, int line)
-{
-	int rc = kvp_seq_free(m, s);
-
-	ck_assert_msg(rc == 0, "line %d: kvp_seq_free(%llu) = %d (%s)", line,
-		      ULL(s), rc, kvp_strerror(rc));
-}
-
-#define tokens_of(m, s) tokens_of_at((m), (s), __LINE__)
-static uint32_t tokens_of_at(struct kvp_manager *m, uint64_t s, int line)
-{
-	struct kvp_seq_info in;
-	int rc;
-
-	memset(&in, 0xA5, sizeof(in));
-	rc = kvp_seq_info(m, s, &in);
-	ck_assert_msg(rc == 0, "line %d: kvp_seq_info(%llu) = %d (%s)", line,
-		      ULL(s), rc, kvp_strerror(rc));
-	return in.num_tokens;
-}
-
-#define blocks_ok(m, s, ids, cap) blocks_ok_at((m), (s), (ids), (cap), __LINE__)
-static uint32_t blocks_ok_at(struct kvp_manager *m, uint64_t s, uint32_t *ids,
-			     uint32_t cap, int line)
-{
-	uint32_t n = 0xDEAD;
-	int rc = kvp_seq_blocks(m, s, ids, cap, &n);
-
-	ck_assert_msg(rc == 0,
-		      "line %d: kvp_seq_blocks(%llu, cap %u) = %d (%s)", line,
-		      ULL(s), cap, rc, kvp_strerror(rc));
-	ck_assert_msg(n <= cap, "line %d: kvp_seq_blocks n %u > cap %u", line,
-		      n, cap);
-	return n;
-}
+#define tokens_of(m, s) (info_ok_at((m), (s), __LINE__).num_tokens)
 
 #define write_ok(m, s, pos, l, k, v)                                           \
 	write_ok_at((m), (s), (pos), (l), (k), (v), __LINE__)
@@ -692,7 +611,7 @@ END_TEST
 static void expect_gather_eq_reads(struct kvp_manager *m, size_t row,
 				   uint32_t layers, uint64_t s, int line)
 {
-	uint32_t nt = tokens_of_at(m, s, line);
+	uint32_t nt = info_ok_at(m, s, line).num_tokens;
 	size_t len = (size_t)nt * row;
 	unsigned char *gk = xmalloc(len + GUARD), *gv = xmalloc(len + GUARD);
 	unsigned char *ck = xmalloc(len + 1), *cv = xmalloc(len + 1);

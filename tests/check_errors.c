@@ -36,7 +36,6 @@
 #include "check_common.h"
 
 #define BT CHECK_BLOCK_TOKENS
-#define ULL(x) ((unsigned long long)(x))
 
 /* Helpers only the fault tests use, which sanitizer builds leave out. */
 #define FAULT_HELPER __attribute__((unused))
@@ -216,37 +215,6 @@ static struct kvp_manager *mkmgr(struct kvp_pool *p)
 	return m;
 }
 
-static struct kvp_pool_stats pstats(struct kvp_pool *p)
-{
-	struct kvp_pool_stats st;
-
-	memset(&st, 0xA5, sizeof(st));
-	kvp_pool_stats(p, &st);
-	ck_assert_uint_eq(st.free + st.used, st.total);
-	return st;
-}
-
-/* The fields of pool stats a failed call must leave alone. */
-static void expect_pool_same(const struct kvp_pool_stats *a,
-			     const struct kvp_pool_stats *b)
-{
-	ck_assert_uint_eq(a->total, b->total);
-	ck_assert_uint_eq(a->free, b->free);
-	ck_assert_uint_eq(a->used, b->used);
-	ck_assert_uint_eq(a->allocs, b->allocs);
-	ck_assert_uint_eq(a->frees, b->frees);
-	ck_assert_uint_eq(a->cache_blocks, b->cache_blocks);
-}
-
-static struct kvp_stats mstats(struct kvp_manager *m)
-{
-	struct kvp_stats st;
-
-	memset(&st, 0xA5, sizeof(st));
-	kvp_manager_stats(m, &st);
-	return st;
-}
-
 static void expect_mgr_same(const struct kvp_stats *a,
 			    const struct kvp_stats *b)
 {
@@ -287,16 +255,6 @@ static FAULT_HELPER void expect_info_same(const struct kvp_seq_info *a,
 	ck_assert_int_eq(a->priority, b->priority);
 }
 
-static FAULT_HELPER void expect_gone(struct kvp_manager *m, uint64_t s)
-{
-	struct kvp_seq_info in;
-	int rc = kvp_seq_info(m, s, &in);
-
-	ck_assert_msg(rc == -ENOENT,
-		      "kvp_seq_info(%llu) = %d (%s), want -ENOENT", ULL(s), rc,
-		      kvp_strerror(rc));
-}
-
 /* The block table of s; the test fails if it has more than cap blocks. */
 static FAULT_HELPER uint32_t table_of(struct kvp_manager *m, uint64_t s,
 				      uint32_t *ids, uint32_t cap)
@@ -309,28 +267,12 @@ static FAULT_HELPER uint32_t table_of(struct kvp_manager *m, uint64_t s,
 	return n;
 }
 
-static void create_ok(struct kvp_manager *m, uint64_t s, uint32_t tokens)
-{
-	int rc = kvp_seq_create(m, s, tokens);
-
-	ck_assert_msg(rc == 0, "kvp_seq_create(%llu, %u) = %d (%s)", ULL(s),
-		      tokens, rc, kvp_strerror(rc));
-}
-
-static void check_ok(struct kvp_manager *m)
-{
-	int rc = kvp_manager_check(m);
-
-	ck_assert_msg(rc == 0, "kvp_manager_check = %d (%s)", rc,
-		      kvp_strerror(rc));
-}
-
 /* Checks, destroys the manager, checks the pool is whole, drops it. */
 static void finish(struct kvp_manager *m, struct kvp_pool *p)
 {
 	struct kvp_pool_stats st;
 
-	check_ok(m);
+	mcheck_ok(m);
 	kvp_manager_destroy(m);
 	st = pstats(p);
 	ck_assert_uint_eq(st.free, st.total);
@@ -682,7 +624,7 @@ START_TEST(test_seq_create_enomem)
 		expect_pool_same(&pb, &pa);
 		ma = mstats(m);
 		expect_mgr_same(&mb, &ma);
-		check_ok(m);
+		mcheck_ok(m);
 		enomem++;
 	}
 	ck_assert_uint_lt(skip, MAX_FAULT_STEPS);
@@ -736,7 +678,7 @@ START_TEST(test_seq_append_enomem)
 		expect_pool_same(&pb, &pa);
 		ma = mstats(m);
 		expect_mgr_same(&mb, &ma);
-		check_ok(m);
+		mcheck_ok(m);
 		enomem++;
 	}
 	ck_assert_uint_lt(skip, MAX_FAULT_STEPS);
@@ -787,7 +729,7 @@ START_TEST(test_seq_fork_enomem)
 		expect_pool_same(&pb, &pa);
 		ma = mstats(m);
 		expect_mgr_same(&mb, &ma);
-		check_ok(m);
+		mcheck_ok(m);
 		enomem++;
 	}
 	ck_assert_uint_lt(skip, MAX_FAULT_STEPS);
@@ -823,7 +765,7 @@ START_TEST(test_seq_stream_trim_needs_no_memory)
 	ia = info_of(m, 1);
 	ck_assert_uint_eq(ia.num_tokens, 2 * BT);
 	ck_assert_uint_eq(ia.num_blocks, 2);
-	check_ok(m);
+	mcheck_ok(m);
 	finish(m, p);
 }
 END_TEST

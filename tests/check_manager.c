@@ -29,7 +29,6 @@
 #include "check_common.h"
 
 #define BT CHECK_BLOCK_TOKENS /* tokens per block in every pool below */
-#define ULL(x) ((unsigned long long)(x))
 
 /* An address that kvp_manager_create must not write over *out on failure. */
 static char out_sentinel_storage;
@@ -87,96 +86,9 @@ static struct kvp_manager *mkmgr(struct kvp_pool *p, enum kvp_policy pol)
 	return mkmgr_full(p, pol, 0.0f, 0.0f);
 }
 
-/* Pool stats at quiescence: exact and self-consistent. */
-static struct kvp_pool_stats pstats(struct kvp_pool *p)
-{
-	struct kvp_pool_stats st;
-
-	memset(&st, 0xA5, sizeof(st));
-	kvp_pool_stats(p, &st);
-	ck_assert_uint_eq(st.free + st.used, st.total);
-	return st;
-}
-
 static uint64_t pool_free(struct kvp_pool *p)
 {
 	return pstats(p).free;
-}
-
-static struct kvp_stats mstats(struct kvp_manager *m)
-{
-	struct kvp_stats st;
-
-	memset(&st, 0xA5, sizeof(st));
-	kvp_manager_stats(m, &st);
-	return st;
-}
-
-#define mcheck_ok(m) mcheck_ok_at((m), __LINE__)
-static void mcheck_ok_at(struct kvp_manager *m, int line)
-{
-	int rc = kvp_manager_check(m);
-
-	ck_assert_msg(rc == 0, "line %d: kvp_manager_check = %d (%s)", line, rc,
-		      kvp_strerror(rc));
-}
-
-#define create_ok(m, s, t) create_ok_at((m), (s), (t), __LINE__)
-static void create_ok_at(struct kvp_manager *m, uint64_t s, uint32_t t,
-			 int line)
-{
-	int rc = kvp_seq_create(m, s, t);
-
-	ck_assert_msg(rc == 0, "line %d: kvp_seq_create(%llu, %u) = %d (%s)",
-		      line, ULL(s), t, rc, kvp_strerror(rc));
-}
-
-/* Appends where no copy-on-write is expected: *ncow must be 0. */
-#define append_ok(m, s, t) append_ok_at((m), (s), (t), __LINE__)
-static void append_ok_at(struct kvp_manager *m, uint64_t s, uint32_t t,
-			 int line)
-{
-	struct kvp_copy cow[2];
-	uint32_t ncow = 99;
-	int rc = kvp_seq_append(m, s, t, cow, ARRAY_SIZE(cow), &ncow);
-
-	ck_assert_msg(rc == 0, "line %d: kvp_seq_append(%llu, %u) = %d (%s)",
-		      line, ULL(s), t, rc, kvp_strerror(rc));
-	ck_assert_msg(ncow == 0,
-		      "line %d: kvp_seq_append(%llu, %u): ncow = %u, want 0",
-		      line, ULL(s), t, ncow);
-}
-
-#define fork_ok(m, s, d) fork_ok_at((m), (s), (d), __LINE__)
-static void fork_ok_at(struct kvp_manager *m, uint64_t s, uint64_t d, int line)
-{
-	int rc = kvp_seq_fork(m, s, d);
-
-	ck_assert_msg(rc == 0, "line %d: kvp_seq_fork(%llu, %llu) = %d (%s)",
-		      line, ULL(s), ULL(d), rc, kvp_strerror(rc));
-}
-
-#define free_ok(m, s) free_ok_at((m), (s), __LINE__)
-static void free_ok_at(struct kvp_manager *m, uint64_t s, int line)
-{
-	int rc = kvp_seq_free(m, s);
-
-	ck_assert_msg(rc == 0, "line %d: kvp_seq_free(%llu) = %d (%s)", line,
-		      ULL(s), rc, kvp_strerror(rc));
-}
-
-#define info_ok(m, s) info_ok_at((m), (s), __LINE__)
-static struct kvp_seq_info info_ok_at(struct kvp_manager *m, uint64_t s,
-				      int line)
-{
-	struct kvp_seq_info in;
-	int rc;
-
-	memset(&in, 0xA5, sizeof(in));
-	rc = kvp_seq_info(m, s, &in);
-	ck_assert_msg(rc == 0, "line %d: kvp_seq_info(%llu) = %d (%s)", line,
-		      ULL(s), rc, kvp_strerror(rc));
-	return in;
 }
 
 /* Token and block counts of a sequence, and its table's length. */
@@ -201,33 +113,6 @@ static void expect_seq_at(struct kvp_manager *m, uint64_t s, uint32_t tokens,
 	ck_assert_msg(n == blocks,
 		      "line %d: kvp_seq_blocks(%llu) count = %u, want %u", line,
 		      ULL(s), n, blocks);
-}
-
-#define blocks_ok(m, s, ids, cap) blocks_ok_at((m), (s), (ids), (cap), __LINE__)
-static uint32_t blocks_ok_at(struct kvp_manager *m, uint64_t s, uint32_t *ids,
-			     uint32_t cap, int line)
-{
-	uint32_t n = 0xDEAD;
-	int rc = kvp_seq_blocks(m, s, ids, cap, &n);
-
-	ck_assert_msg(rc == 0,
-		      "line %d: kvp_seq_blocks(%llu, cap %u) = %d (%s)", line,
-		      ULL(s), cap, rc, kvp_strerror(rc));
-	ck_assert_msg(n <= cap, "line %d: kvp_seq_blocks n %u > cap %u", line,
-		      n, cap);
-	return n;
-}
-
-#define expect_gone(m, s) expect_gone_at((m), (s), __LINE__)
-static void expect_gone_at(struct kvp_manager *m, uint64_t s, int line)
-{
-	struct kvp_seq_info in;
-	int rc = kvp_seq_info(m, s, &in);
-
-	ck_assert_msg(rc == -ENOENT,
-		      "line %d: kvp_seq_info(%llu) = %d (%s), "
-		      "want -ENOENT",
-		      line, ULL(s), rc, kvp_strerror(rc));
 }
 
 #define expect_refs(p, id, want) expect_refs_at((p), (id), (want), __LINE__)
