@@ -576,7 +576,6 @@ int main(int argc, char **argv)
 	struct kvp_pool_config cfg = {.block_tokens = BT,
 				      .cache_blocks = CACHE_BLOCKS,
 				      .device_id = -1};
-	struct kvp_manager_config mc = {0};
 	struct kvp_pool_stats st;
 	struct kvp_stats ms[2];
 	uint64_t seed = (uint64_t)time(NULL);
@@ -628,14 +627,7 @@ int main(int argc, char **argv)
 	if (st.cache_blocks != CACHE_BLOCKS)
 		fail("cache_blocks %u in effect, want %u\n", st.cache_blocks,
 		     CACHE_BLOCKS);
-	mc.pool = pool;
-	mc.policy = KVP_EVICT_LRU;
-	if ((err = kvp_manager_create(&mc, &mgr[0])))
-		fail("kvp_manager_create: %s\n", kvp_strerror(err));
-	mc.policy = KVP_EVICT_PRIORITY;
-	if ((err = kvp_manager_create(&mc, &mgr[1])))
-		fail("kvp_manager_create: %s\n", kvp_strerror(err));
-	kvp_pool_unref(pool); /* the managers hold it */
+	two_managers(pool, mgr); /* they hold the pool now */
 	printf("stress_churn: %d threads, %d at once, %u blocks, cache %u, "
 	       "seed %llu\n",
 	       total, conc, num_blocks, CACHE_BLOCKS, (unsigned long long)seed);

@@ -209,7 +209,6 @@ int main(int argc, char **argv)
 				    .head_dim = 2, .dtype = KVP_F32};
 	struct kvp_pool_config cfg = {.block_tokens = BT, .device_id = -1,
 				      .layout = &layout};
-	struct kvp_manager_config mc = {0};
 	struct kvp_pool_stats st;
 	uint64_t seed = (uint64_t)time(NULL);
 	pthread_t *tids;
@@ -239,14 +238,7 @@ int main(int argc, char **argv)
 	cfg.num_blocks = num_blocks;
 	if ((err = kvp_pool_create(&cfg, &pool)))
 		fail("kvp_pool_create: %s\n", kvp_strerror(err));
-	mc.pool = pool;
-	mc.policy = KVP_EVICT_LRU;
-	if ((err = kvp_manager_create(&mc, &mgr[0])))
-		fail("kvp_manager_create: %s\n", kvp_strerror(err));
-	mc.policy = KVP_EVICT_PRIORITY;
-	if ((err = kvp_manager_create(&mc, &mgr[1])))
-		fail("kvp_manager_create: %s\n", kvp_strerror(err));
-	kvp_pool_unref(pool); /* the managers hold it */
+	two_managers(pool, mgr); /* they hold the pool now */
 	printf("stress_seq: %d threads, %.1f s, %u blocks, %u ids per "
 	       "manager, seed %llu\n",
 	       nthreads, seconds, num_blocks, id_space,
