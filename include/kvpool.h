@@ -178,6 +178,10 @@ struct kvp_pool_stats {
 	uint64_t frees;		   /* blocks returned (refcount reached 0) */
 	uint32_t cache_blocks;	   /* per-thread cache capacity in effect */
 	uint32_t threads;	   /* thread caches attached to the pool */
+	/* Cached blocks nobody references (prefix caching): counted in
+	 * `free`, as allocation reclaims them, and shown apart here. */
+	uint64_t evictable;
+	uint64_t cache_evictions;  /* cached blocks reclaimed by allocations */
 };
 
 /*
@@ -254,8 +258,11 @@ struct kvp_manager_config {
 	/* Fraction of the pool kept free at admission, in [0, 1); 0 = the
 	 * default 0.01.  Use a tiny positive value for none. */
 	float watermark;
-	uint32_t flags; /* none defined yet: must be 0 */
+	uint32_t flags; /* KVP_PREFIX_CACHE or 0 */
 };
+
+/* Manager flags. */
+#define KVP_PREFIX_CACHE (1u << 0) /* hash -> block prefix cache */
 
 struct kvp_manager;
 
@@ -418,6 +425,13 @@ struct kvp_stats {
 	uint64_t blocks_used;	  /* pool-wide used blocks (all managers) */
 	uint64_t blocks_total;	  /* pool size */
 	uint64_t bytes_per_block; /* 0 for an ID-only pool */
+	/* Prefix cache (KVP_PREFIX_CACHE managers; 0 otherwise). */
+	uint64_t prefix_queries;   /* tokens asked for by kvp_seq_create_cached */
+	uint64_t prefix_hits;	   /* of which served from cached blocks */
+	double prefix_hit_rate;	   /* hits / queries (0 with no queries) */
+	uint64_t prefix_cached_blocks; /* blocks this manager caches now */
+	uint64_t prefix_commits;   /* blocks registered by kvp_seq_commit */
+	uint64_t prefix_evictions; /* its cached blocks evicted by the pool */
 };
 
 /*
@@ -531,6 +545,98 @@ KVP_API int kvp_hash_blocks(enum kvp_hash_algo algo,
  * Process-wide; call it before hashing starts.  Returns 0.
  */
 KVP_API int kvp_hash_set_xxh3_seed(uint64_t seed);
+
+/* ------------------------------------------------------------------ */
+/* Prefix cache (managers created with KVP_PREFIX_CACHE)               */
+/* ------------------------------------------------------------------ */
+
+/*
+ * A manager with KVP_PREFIX_CACHE maps block hashes to blocks.  Only full
+ * blocks are cached.  A cached block whose last reference is dropped stays
+ * cached and reusable ("evictable"); the pool counts it as free.  When an
+ * allocation finds no never-cached free block on the global free list or
+ * in the calling thread's cache, it evicts the least recently freed
+ * evictable block (of any manager of the pool), which removes its hash
+ * from its manager.  A sequence's blocks are released last block first,
+ * so a chain's end is evicted before its head.  Never-cached blocks parked
+ * in other threads' caches (at most cache_blocks per thread) are taken
+ * only when nothing is evictable.
+ *
+ * Hits are lock-free (an RCU hash lookup and one atomic transition per
+ * block); a revival racing an eviction of the same block is decided by
+ * one compare-and-swap on the block's state word.
+ */
+
+/*
+ * Creates sequence seq of num_tokens tokens, reusing the longest cached
+ * prefix of hashes[0..nhashes) (hashes[i]: block i's chained hash, from
+ * kvp_hash_blocks): it takes a reference on each hit block (reviving
+ * evictable ones) and allocates the rest.  At most (num_tokens - 1) /
+ * block_tokens blocks are hits, so the last token is always computed.
+ * *cached_tokens (if not NULL) receives the tokens served from the cache
+ * (hit blocks x block_tokens); the engine computes the rest.  A request
+ * never evicts its own hits.  Errors: -EINVAL (NULL m, hashes NULL with
+ * nhashes > 0, manager without KVP_PREFIX_CACHE), -EEXIST, -ENOSPC, -ENOMEM;
+ * on error no reference count has moved and no block changed its place
+ * in the eviction order.
+ */
+KVP_API int kvp_seq_create_cached(struct kvp_manager *m, uint64_t seq,
+				  const struct kvp_hash *hashes,
+				  uint32_t nhashes, uint32_t num_tokens,
+				  uint32_t *cached_tokens);
+
+/*
+ * Registers the sequence's full blocks under hashes[0..nhashes) (block
+ * i under hashes[i]; hashes beyond the sequence's full blocks are
+ * ignored, so a caller may pass the whole prompt's hashes early).  Blocks
+ * already registered (hits, earlier commits) are skipped.  A hash another
+ * block already caches leaves this block uncached (no merge).  Returns the
+ * number of blocks newly cached (>= 0), or -EINVAL (NULL m, hashes NULL
+ * with nhashes > 0, manager without KVP_PREFIX_CACHE, a stream-trimmed
+ * sequence: its blocks no longer follow the hash chain), -ENOENT, -ENOMEM
+ * (then the blocks registered before the failure stay registered, and the
+ * call can be repeated).
+ */
+KVP_API int kvp_seq_commit(struct kvp_manager *m, uint64_t seq,
+			   const struct kvp_hash *hashes, uint32_t nhashes);
+
+/*
+ * Forgets every cached block of the manager (vLLM's reset_prefix_cache,
+ * e.g. after a weight update): the blocks go back to the free list.
+ * Emits KVP_EVENT_CLEARED.  Errors: -EINVAL (NULL m, no prefix cache),
+ * -EBUSY (a cached block is referenced by a sequence: nothing changed).
+ */
+KVP_API int kvp_prefix_reset(struct kvp_manager *m);
+
+enum kvp_event_type {
+	KVP_EVENT_STORED = 0,  /* blocks registered by kvp_seq_commit */
+	KVP_EVENT_REMOVED = 1, /* a cached block was evicted */
+	KVP_EVENT_CLEARED = 2  /* kvp_prefix_reset forgot everything */
+};
+
+struct kvp_event {
+	enum kvp_event_type type;
+	const struct kvp_hash *hashes; /* STORED, REMOVED; NULL for CLEARED */
+	uint32_t nhashes;
+	/* STORED: the hash of the block before hashes[0], NULL at the root. */
+	const struct kvp_hash *parent;
+	uint32_t block_tokens; /* STORED: tokens per block */
+};
+
+typedef void (*kvp_event_cb)(const struct kvp_event *ev, void *arg);
+
+/*
+ * Sets (cb NULL: clears) the manager's event callback.  It is called
+ * synchronously by the thread whose call caused the event: STORED from
+ * kvp_seq_commit, REMOVED from any allocation on the pool (any manager's),
+ * CLEARED from kvp_prefix_reset; so concurrently from several threads, but
+ * for one hash always in the order the events happened (a block is stored
+ * before it can be evicted).  The event's arrays live for the call only.
+ * The callback must not call kvpool functions on the pool.  Set it before
+ * other threads use the manager.  Errors: -EINVAL (NULL m).
+ */
+KVP_API int kvp_manager_set_event_cb(struct kvp_manager *m, kvp_event_cb cb,
+				     void *arg);
 
 /* ------------------------------------------------------------------ */
 /* KV data (data-owning pools)                                         */
