@@ -44,12 +44,13 @@
 
 #include "alloc.h"
 #include "manager.h"
+#include "prefix.h"
 #include "rcu.h"
 #include "tcache.h"
 
 #define KVP_DEFAULT_EVICTION_THRESHOLD 0.9f
 #define KVP_DEFAULT_WATERMARK 0.01f
-#define KVP_MANAGER_KNOWN_FLAGS 0u
+#define KVP_MANAGER_KNOWN_FLAGS KVP_PREFIX_CACHE
 
 /* ------------------------------------------------------------------ */
 /* Statistics                                                          */
@@ -58,7 +59,7 @@
 static _Atomic unsigned next_shard;
 static KVP_TLS unsigned my_shard; /* 1 + index, 0 = unassigned */
 
-static struct mgr_shard *shard(struct kvp_manager *m)
+struct mgr_shard *mgr_shard(struct kvp_manager *m)
 {
 	if (unlikely(!my_shard))
 		/* Relaxed: only spreads threads over the shards. */
@@ -69,9 +70,7 @@ static struct mgr_shard *shard(struct kvp_manager *m)
 }
 
 /* Relaxed: statistics. */
-#define stat_add(m, field, v)                                                \
-	atomic_fetch_add_explicit(&shard(m)->field, (uint64_t)(v),            \
-				  memory_order_relaxed)
+#define stat_add(m, field, v) mgr_stat_add(m, field, v)
 
 static uint64_t stat_sum(struct kvp_manager *m, size_t offset)
 {
@@ -494,12 +493,15 @@ static bool seq_publish(struct kvp_manager *m, struct kvp_seq *s)
 /* Fills in a dead struct for a new sequence; under its lock, as lookup
  * caches of other threads may be checking it. */
 static void seq_init(struct kvp_seq *s, uint64_t id, uint32_t tokens,
-		     uint32_t nblocks, int32_t priority, bool tail_shared)
+		     uint32_t nblocks, int32_t priority, bool tail_shared,
+		     uint32_t committed, bool trimmed)
 {
 	seq_lock(s);
 	s->id = id;
 	s->nblocks = nblocks;
 	s->tail_shared = tail_shared;
+	s->committed = committed;
+	s->trimmed = trimmed;
 	seq_set_tokens(s, tokens);
 	atomic_store_explicit(&s->priority, priority, memory_order_relaxed);
 	atomic_store_explicit(&s->access_count, 0, memory_order_relaxed);
@@ -540,7 +542,7 @@ KVP_API int kvp_seq_create(struct kvp_manager *m, uint64_t id,
 		seq_retire(s);
 		return err;
 	}
-	seq_init(s, id, num_tokens, nb, 0, false);
+	seq_init(s, id, num_tokens, nb, 0, false, 0, false);
 	if (!seq_publish(m, s)) {
 		if (nb)
 			(void)kvp_pool_free(m->pool, s->blocks, nb);
@@ -552,6 +554,144 @@ KVP_API int kvp_seq_create(struct kvp_manager *m, uint64_t id,
 	stat_add(m, sequences, 1);
 	stat_add(m, tokens, num_tokens);
 	stat_add(m, blocks_allocated, nb);
+	return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Prefix caching (the maps and evictable blocks are prefix.c's)       */
+/* ------------------------------------------------------------------ */
+
+KVP_API int kvp_seq_create_cached(struct kvp_manager *m, uint64_t id,
+				  const struct kvp_hash *hashes,
+				  uint32_t nhashes, uint32_t num_tokens,
+				  uint32_t *cached_tokens)
+{
+	struct kvp_seq *s;
+	uint32_t nb, limit, hits = 0;
+	int err;
+
+	if (cached_tokens)
+		*cached_tokens = 0;
+	if (!m || (!hashes && nhashes) || !m->prefix_map)
+		return -EINVAL;
+	nb = blocks_for(num_tokens, m->block_tokens);
+	if (nb > m->pool->num_blocks)
+		return -ENOSPC;
+	/* The last token is always computed (its logits are needed). */
+	limit = num_tokens ? (num_tokens - 1) / m->block_tokens : 0;
+	if (limit > nhashes)
+		limit = nhashes;
+	if (seq_exists(m, id))
+		return -EEXIST;
+	s = seq_take(m);
+	if (!s)
+		return -ENOMEM;
+	err = table_reserve(s, nb);
+	if (err) {
+		seq_retire(s);
+		return err;
+	}
+	/* Hits first, so that the allocation cannot evict them. */
+	if (limit)
+		hits = prefix_take(m, hashes, limit, s->blocks);
+	if (nb > hits)
+		err = kvp_pool_alloc(m->pool, nb - hits, s->blocks + hits);
+	if (err) {
+		if (hits)
+			prefix_unhit(m->pool, s->blocks, hits);
+		seq_retire(s);
+		return err;
+	}
+	seq_init(s, id, num_tokens, nb, 0, false, hits, false);
+	if (!seq_publish(m, s)) {
+		if (hits)
+			prefix_unhit(m->pool, s->blocks, hits);
+		if (nb > hits)
+			(void)kvp_pool_free(m->pool, s->blocks + hits,
+					    nb - hits);
+		s->nblocks = 0;
+		seq_retire(s);
+		return -EEXIST;
+	}
+	stat_add(m, creates, 1);
+	stat_add(m, sequences, 1);
+	stat_add(m, tokens, num_tokens);
+	stat_add(m, blocks_allocated, nb - hits);
+	stat_add(m, prefix_queries, num_tokens);
+	stat_add(m, prefix_hits, (uint64_t)hits * m->block_tokens);
+	if (cached_tokens)
+		*cached_tokens = hits * m->block_tokens;
+	return 0;
+}
+
+KVP_API int kvp_seq_commit(struct kvp_manager *m, uint64_t id,
+			   const struct kvp_hash *hashes, uint32_t nhashes)
+{
+	struct kvp_seq *s;
+	uint32_t upto, run = 0, i;
+	int err = 0, added = 0;
+
+	if (!m || (!hashes && nhashes) || !m->prefix_map)
+		return -EINVAL;
+	s = seq_acquire(m, id);
+	if (!s)
+		return -ENOENT;
+	if (s->trimmed) {
+		seq_unlock(s);
+		return -EINVAL;
+	}
+	upto = seq_tokens(s) / m->block_tokens; /* full blocks */
+	if (upto > nhashes)
+		upto = nhashes;
+	/* Blocks [run, i) were stored by this call: one STORED event per
+	 * contiguous run, emitted while we hold the blocks (so before any
+	 * can be evicted and reported removed). */
+	for (i = run = s->committed; i < upto; i++) {
+		int r = prefix_register(m, s->blocks[i], &hashes[i]);
+
+		if (r == 1) {
+			added++;
+			continue;
+		}
+		if (i > run)
+			prefix_emit(m, KVP_EVENT_STORED, hashes + run, i - run,
+				    run ? &hashes[run - 1] : NULL);
+		run = i + 1;
+		if (r < 0) {
+			err = r;
+			break;
+		}
+	}
+	if (!err && i > run)
+		prefix_emit(m, KVP_EVENT_STORED, hashes + run, i - run,
+			    run ? &hashes[run - 1] : NULL);
+	if (s->committed < i)
+		s->committed = err ? i : upto;
+	seq_unlock(s);
+	if (added)
+		stat_add(m, prefix_commits, added);
+	return err ? err : added;
+}
+
+KVP_API int kvp_prefix_reset(struct kvp_manager *m)
+{
+	int err;
+
+	if (!m || !m->prefix_map)
+		return -EINVAL;
+	err = prefix_clear(m, false);
+	if (!err)
+		prefix_emit(m, KVP_EVENT_CLEARED, NULL, 0, NULL);
+	return err;
+}
+
+KVP_API int kvp_manager_set_event_cb(struct kvp_manager *m, kvp_event_cb cb,
+				     void *arg)
+{
+	if (!m)
+		return -EINVAL;
+	m->event_cb = cb;
+	m->event_arg = cb ? arg : NULL;
 	return 0;
 }
 
@@ -593,10 +733,12 @@ static int append_locked(struct kvp_manager *m, struct kvp_seq *s,
 	/* A shared, partially filled last block must be copied first.
 	 * Relaxed: see the argument at the top (the count can only fall). */
 	if (n && tokens % bt && s->tail_shared) {
-		if ((atomic_load_explicit(
-			     &m->pool->state[s->blocks[s->nblocks - 1]],
-			     memory_order_relaxed) &
-		     KVP_ST_REFS_MASK) > 1)
+		uint32_t st = atomic_load_explicit(
+			&m->pool->state[s->blocks[s->nblocks - 1]],
+			memory_order_relaxed);
+
+		/* A cached block is shared with future hits too. */
+		if ((st & KVP_ST_REFS_MASK) > 1 || (st & KVP_ST_CACHED))
 			cows = 1;
 		else
 			s->tail_shared = false; /* the other holders left */
@@ -668,7 +810,7 @@ KVP_API int kvp_seq_append(struct kvp_manager *m, uint64_t id,
 	err = append_locked(m, s, num_tokens, cow, cow_cap, ncow);
 	seq_unlock(s);
 	if (!err) {
-		struct mgr_shard *sh = shard(m);
+		struct mgr_shard *sh = mgr_shard(m);
 
 		/* Relaxed: statistics. */
 		atomic_fetch_add_explicit(&sh->appends, 1, memory_order_relaxed);
@@ -681,8 +823,9 @@ KVP_API int kvp_seq_append(struct kvp_manager *m, uint64_t id,
 KVP_API int kvp_seq_fork(struct kvp_manager *m, uint64_t src, uint64_t dst)
 {
 	struct kvp_seq *s, *d;
-	uint32_t i = 0, nb, tokens;
+	uint32_t i = 0, nb, tokens, committed;
 	int32_t priority;
+	bool trimmed;
 	int err = 0;
 
 	if (!m)
@@ -698,6 +841,8 @@ KVP_API int kvp_seq_fork(struct kvp_manager *m, uint64_t src, uint64_t dst)
 		return -ENOENT;
 	}
 	nb = s->nblocks;
+	committed = s->committed;
+	trimmed = s->trimmed;
 	err = table_reserve(d, nb);
 	for (i = 0; !err && i < nb; i++) {
 		err = kvp_block_ref(m->pool, s->blocks[i]);
@@ -718,7 +863,7 @@ KVP_API int kvp_seq_fork(struct kvp_manager *m, uint64_t src, uint64_t dst)
 	s->tail_shared = true;
 	touch(s);
 	seq_unlock(s);
-	seq_init(d, dst, tokens, nb, priority, true);
+	seq_init(d, dst, tokens, nb, priority, true, committed, trimmed);
 	if (!seq_publish(m, d)) {
 		if (nb)
 			(void)kvp_pool_free(m->pool, d->blocks, nb);
@@ -764,8 +909,10 @@ KVP_API int kvp_seq_truncate(struct kvp_manager *m, uint64_t id,
 		nb = blocks_for(num_tokens, m->block_tokens);
 		release_blocks(m, s->blocks + nb, s->nblocks - nb);
 		s->nblocks = nb;
-		/* The new last block may be one a fork shares. */
+		/* The new last block may be one a fork shares, or cached. */
 		s->tail_shared = true;
+		if (s->committed > num_tokens / m->block_tokens)
+			s->committed = num_tokens / m->block_tokens;
 		seq_set_tokens(s, num_tokens);
 		touch(s);
 	}
@@ -803,6 +950,7 @@ KVP_API int kvp_seq_stream_trim(struct kvp_manager *m, uint64_t id,
 			(s->nblocks - first_tail) * sizeof(*s->blocks));
 		s->nblocks -= n;
 		s->tail_shared = true; /* conservative, as for truncate */
+		s->trimmed = true;
 		gone = n * bt;
 		seq_set_tokens(s, tokens - gone);
 	}
@@ -1073,10 +1221,23 @@ KVP_API int kvp_manager_create(const struct kvp_manager_config *cfg,
 	m->watermark = cfg->watermark > 0 ? cfg->watermark
 					  : KVP_DEFAULT_WATERMARK;
 	m->flags = cfg->flags;
+	if (m->flags & KVP_PREFIX_CACHE)
+		err = prefix_map_init(m);
 	kvp_check_pthread(pthread_mutex_lock(&pool->mgr_lock));
-	m->pool_next = pool->managers;
-	pool->managers = m;
+	if (!err && (m->flags & KVP_PREFIX_CACHE))
+		err = prefix_pool_attach(pool);
+	if (!err) {
+		m->pool_next = pool->managers;
+		pool->managers = m;
+	}
 	kvp_check_pthread(pthread_mutex_unlock(&pool->mgr_lock));
+	if (err) {
+		prefix_map_fini(m);
+		seqmap_fini(&m->map);
+		kvp_pool_unref(pool);
+		kvp_free_aligned(m, KVP_CACHELINE, sizeof(*m));
+		return err;
+	}
 	*out = m;
 	return 0;
 }
@@ -1101,6 +1262,8 @@ KVP_API void kvp_manager_destroy(struct kvp_manager *m)
 			seq_remove_locked(m, s);
 	}
 	kvp_rcu_read_unlock();
+	/* Its cached blocks: evictable ones back to the free lists. */
+	prefix_map_fini(m);
 	/* Every removed struct must be recycled before the map goes. */
 	retire_flush(m);
 	kvp_rcu_barrier();
@@ -1148,6 +1311,15 @@ KVP_API void kvp_manager_stats(struct kvp_manager *m, struct kvp_stats *st)
 	st->blocks_used = used;
 	st->blocks_total = total;
 	st->bytes_per_block = m->pool->block_bytes;
+	st->prefix_queries = STAT(m, prefix_queries);
+	st->prefix_hits = STAT(m, prefix_hits);
+	st->prefix_hit_rate = st->prefix_queries
+				      ? (double)st->prefix_hits /
+						(double)st->prefix_queries
+				      : 0.0;
+	st->prefix_cached_blocks = STAT(m, prefix_cached);
+	st->prefix_commits = STAT(m, prefix_commits);
+	st->prefix_evictions = STAT(m, prefix_evictions);
 }
 
 KVP_API int kvp_manager_dump(struct kvp_manager *m, FILE *f)
@@ -1179,6 +1351,15 @@ KVP_API int kvp_manager_dump(struct kvp_manager *m, FILE *f)
 		st.sequences, st.tokens, st.seq_creates, st.seq_frees,
 		st.evictions, st.appends, st.forks, st.cow_copies,
 		st.blocks_allocated, st.blocks_released);
+	if (m->prefix_map)
+		fprintf(f,
+			"  prefix:     %" PRIu64 " of %" PRIu64
+			" tokens hit (%.1f%%), %" PRIu64
+			" blocks cached, %" PRIu64 " committed, %" PRIu64
+			" evicted\n",
+			st.prefix_hits, st.prefix_queries,
+			100.0 * st.prefix_hit_rate, st.prefix_cached_blocks,
+			st.prefix_commits, st.prefix_evictions);
 	return ferror(f) ? -EIO : 0;
 }
 
@@ -1224,6 +1405,7 @@ KVP_API int kvp_manager_check(struct kvp_manager *m)
 {
 	struct kvp_pool *pool;
 	uint32_t *counts;
+	uint64_t nodes = 0;
 	int err, bad = 0;
 
 	if (!m)
@@ -1236,10 +1418,20 @@ KVP_API int kvp_manager_check(struct kvp_manager *m)
 	if (!counts)
 		return -ENOMEM;
 	kvp_check_pthread(pthread_mutex_lock(&pool->mgr_lock));
-	for (struct kvp_manager *o = pool->managers; o; o = o->pool_next)
+	for (struct kvp_manager *o = pool->managers; o; o = o->pool_next) {
 		if (check_manager_tables(o, counts))
 			err = -EFAULT;
+		if (prefix_check_manager(o, &nodes))
+			err = -EFAULT;
+	}
 	kvp_check_pthread(pthread_mutex_unlock(&pool->mgr_lock));
+	if (nodes != prefix_cached_blocks(pool)) {
+		fprintf(stderr,
+			"kvp_manager_check: %" PRIu64 " prefix nodes for %" PRIu64
+			" cached blocks\n",
+			nodes, prefix_cached_blocks(pool));
+		err = -EFAULT;
+	}
 	for (uint32_t b = 0; b < pool->num_blocks; b++) {
 		int refs = kvp_block_refcount(pool, b);
 

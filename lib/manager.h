@@ -51,6 +51,11 @@ struct kvp_seq {
 	 * False means it is ours alone, and saves a read of a state word
 	 * other threads write.  lock. */
 	bool tail_shared;
+	/* Prefix caching: blocks [0, committed) are registered or were
+	 * hits; a stream-trimmed sequence no longer follows its hash chain
+	 * and cannot commit.  lock. */
+	bool trimmed;
+	uint32_t committed;
 	uint32_t *blocks;      /* lock: blocks[0..nblocks), capacity cap */
 	/* Written under lock; eviction scans and stats read them relaxed. */
 	_Atomic uint32_t num_tokens;
@@ -76,6 +81,9 @@ struct mgr_shard {
 	_Atomic uint64_t frees, appends, forks, evictions, cows;
 	_Atomic uint64_t blocks_allocated, blocks_released;
 	_Atomic uint64_t sequences, tokens; /* deltas, wrapping */
+	_Atomic uint64_t prefix_queries, prefix_hits, prefix_commits;
+	_Atomic uint64_t prefix_evictions;
+	_Atomic uint64_t prefix_cached; /* deltas, wrapping */
 };
 
 struct kvp_manager {
@@ -87,6 +95,10 @@ struct kvp_manager {
 	float eviction_threshold, watermark;
 	uint32_t flags;
 	struct seqmap map;
+	/* KVP_PREFIX_CACHE: hash -> block (prefix.c); NULL otherwise. */
+	struct cds_lfht *prefix_map;
+	kvp_event_cb event_cb; /* set before concurrent use */
+	void *event_arg;
 	/* The pool's manager list.  Synchronization: pool->mgr_lock. */
 	struct kvp_manager *pool_next;
 	/* Every slab of sequence structs: push-only (CAS), freed at
@@ -102,6 +114,14 @@ struct kvp_manager {
 	_Atomic uint32_t nretired;
 	struct mgr_shard shards[KVP_MGR_SHARDS];
 };
+
+/* This thread's statistics shard of m. */
+struct mgr_shard *mgr_shard(struct kvp_manager *m);
+
+/* Relaxed: statistics. */
+#define mgr_stat_add(m, field, v)                                            \
+	atomic_fetch_add_explicit(&mgr_shard(m)->field, (uint64_t)(v),        \
+				  memory_order_relaxed)
 
 static inline void seq_lock(struct kvp_seq *s)
 {

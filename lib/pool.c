@@ -55,6 +55,7 @@
 
 #include "alloc.h"
 #include "pool.h"
+#include "prefix.h"
 #include "tcache.h"
 
 /* Per-block metadata: the state word and the free-stack link. */
@@ -288,6 +289,7 @@ KVP_API void kvp_pool_unref(struct kvp_pool *pool)
 				      memory_order_acq_rel) != 1)
 		return;
 	tcache_pool_destroyed(pool);
+	prefix_pool_free(pool);
 	pthread_mutex_destroy(&pool->drain_lock);
 	pthread_mutex_destroy(&pool->mgr_lock);
 	pool_free_memory(pool);
@@ -324,13 +326,22 @@ static inline void mark_allocated(struct kvp_pool *pool, const uint32_t *ids,
 				      memory_order_relaxed);
 }
 
+static int alloc_reclaim(struct kvp_pool *pool, struct tcache *tc,
+			 uint32_t n, uint32_t *ids);
+
 /* No thread cache: straight from the global stack. */
 static int alloc_direct(struct kvp_pool *pool, uint32_t n, uint32_t *ids)
 {
 	uint32_t first;
 
-	if (!stack_pop_chain(&pool->stack, pool->next, n, n, &first))
-		return -ENOSPC;
+	if (!stack_pop_chain(&pool->stack, pool->next, n, n, &first)) {
+		int err = alloc_reclaim(pool, NULL, n, ids);
+
+		if (!err)
+			atomic_fetch_add_explicit(&pool->direct_allocs, n,
+						  memory_order_relaxed);
+		return err;
+	}
 	stack_chain_copy(pool->next, first, n, ids);
 	mark_allocated(pool, ids, n);
 	pool_note_used(pool, pool->num_blocks -
@@ -370,6 +381,57 @@ static int alloc_refill(struct kvp_pool *pool, struct tcache *tc, uint32_t c,
 	return 0;
 }
 
+/*
+ * The calling thread's cache and the global stack could not give n
+ * blocks.  Never-cached blocks first: what they still hold, then
+ * evictable cached blocks (prefix caching), and only then the other
+ * threads' caches, drained (topped up by eviction).  Not inside an owner
+ * operation.  Returns 0 (ids held once each) or -ENOSPC (nothing changed).
+ */
+static __attribute__((noinline)) int
+alloc_reclaim(struct kvp_pool *pool, struct tcache *tc, uint32_t n,
+	      uint32_t *ids)
+{
+	/* Relaxed: only whether a prefix cache exists; prefix.c acquires. */
+	bool evict = atomic_load_explicit(&pool->prefix,
+					  memory_order_relaxed) != NULL;
+	uint32_t got = 0, first = KVP_NIL, k;
+
+	if (evict) {
+		if (tc) {
+			uint32_t c;
+
+			while (unlikely(!tcache_enter(tc)))
+				tcache_wait_drain(tc);
+			c = tcache_count(tc);
+			got = c < n ? c : n;
+			memcpy(ids, tc->slots + c - got, got * sizeof(*ids));
+			tcache_set_count(tc, c - got);
+			tcache_exit(tc);
+		}
+		if (got < n) {
+			k = stack_pop_chain(&pool->stack, pool->next, 1,
+					    n - got, &first);
+			stack_chain_copy(pool->next, first, k, ids + got);
+			got += k;
+		}
+		if (got == n || prefix_evict(pool, n - got, ids + got) == 0) {
+			mark_allocated(pool, ids, got);
+			return 0;
+		}
+		if (got)
+			stack_push_ids(&pool->stack, pool->next, ids, got);
+	}
+	k = tcache_drain_alloc(pool, evict ? 1 : n, n, ids);
+	if (k < n && (!evict || prefix_evict(pool, n - k, ids + k) != 0)) {
+		if (k)
+			stack_push_ids(&pool->stack, pool->next, ids, k);
+		return -ENOSPC;
+	}
+	mark_allocated(pool, ids, k);
+	return 0;
+}
+
 /* Everything but the common case of kvp_pool_alloc; see below. */
 static __attribute__((noinline)) int alloc_slow(struct kvp_pool *pool,
 						uint32_t n, uint32_t *ids)
@@ -395,11 +457,8 @@ static __attribute__((noinline)) int alloc_slow(struct kvp_pool *pool,
 		err = alloc_refill(pool, tc, c, n, ids);
 	}
 	tcache_exit(tc);
-	if (unlikely(err)) {
-		err = tcache_drain_alloc(pool, n, ids);
-		if (!err)
-			mark_allocated(pool, ids, n);
-	}
+	if (unlikely(err))
+		err = alloc_reclaim(pool, tc, n, ids);
 	if (likely(!err))
 		tcache_add(&tc->allocs, n);
 out:
@@ -578,6 +637,8 @@ static __attribute__((noinline)) void
 drop_shared(struct kvp_pool *pool, const uint32_t *ids, uint32_t n,
 	    struct free_sink *sk)
 {
+	uint32_t idle[64], nidle = 0; /* cached blocks taken to zero */
+
 	for (uint32_t i = 0; i < n; i++) {
 		_Atomic uint32_t *st = &pool->state[ids[i]];
 		uint32_t s = atomic_load_explicit(st, memory_order_acquire);
@@ -593,10 +654,22 @@ drop_shared(struct kvp_pool *pool, const uint32_t *ids, uint32_t n,
 		} while (!atomic_compare_exchange_weak_explicit(
 			st, &s, nw, memory_order_acq_rel,
 			memory_order_acquire));
-		if ((nw & KVP_ST_REFS_MASK) == 0)
+		if ((nw & KVP_ST_REFS_MASK) != 0)
+			continue;
+		if (!(nw & KVP_ST_CACHED)) {
 			sink_put(pool, sk, ids[i]);
+			continue;
+		}
+		/* Evictable: to the evictable list, in the order freed. */
+		idle[nidle++] = ids[i];
+		if (nidle == KVP_ARRAY_SIZE(idle)) {
+			prefix_release(pool, idle, nidle);
+			nidle = 0;
+		}
 next:;
 	}
+	if (nidle)
+		prefix_release(pool, idle, nidle);
 }
 
 /*
@@ -854,7 +927,9 @@ KVP_API void kvp_pool_stats(struct kvp_pool *pool, struct kvp_pool_stats *st)
 	memset(st, 0, sizeof(*st));
 	st->total = pool->num_blocks;
 	st->in_thread_caches = parked;
-	st->free = on_stack + parked;
+	st->evictable = prefix_evictable(pool);
+	st->cache_evictions = prefix_evictions(pool);
+	st->free = on_stack + parked + st->evictable;
 	if (st->free > st->total)
 		st->free = st->total;
 	st->used = st->total - st->free;
@@ -953,10 +1028,13 @@ KVP_API int kvp_pool_check(struct kvp_pool *pool)
 			check_fail("free block %u is on no free list (lost)\n",
 				   id);
 		if (s != 0 && listed)
-			check_fail("block %u has %u references but is on a "
-				   "free list\n",
-				   id, s & KVP_ST_REFS_MASK);
+			check_fail("block %u has %u references (state %#x) "
+				   "but is on a free list\n",
+				   id, s & KVP_ST_REFS_MASK, s);
 	}
+	err = prefix_check_pool(pool);
+	if (err)
+		goto out;
 	pool_note_used(pool, pool->num_blocks - on_stack - parked);
 out:
 	kvp_free(seen, bytes);

@@ -13,12 +13,18 @@
 #include "stack.h"
 
 struct tcache;
+struct prefix_pool;
 
 /*
- * Per-block state word: bits 0..23 the reference count (0 = free); the
- * rest are reserved for flags.
+ * Per-block state word: bits 0..23 the reference count (0 = free, unless
+ * CACHED); then flags:
+ *   CACHED    the block caches a hash of some manager (prefix.c); with 0
+ *             references it is evictable, on no free list;
+ *   EVICTING  an evictor has claimed an evictable block (prefix.c).
  */
 #define KVP_ST_REFS_MASK ((uint32_t)KVP_MAX_REFS)
+#define KVP_ST_CACHED (1u << 24)
+#define KVP_ST_EVICTING (1u << 25)
 
 struct kvp_pool {
 	/* Read-only after creation. */
@@ -66,6 +72,9 @@ struct kvp_pool {
 	/* Managers over this pool, for kvp_manager_check. */
 	pthread_mutex_t mgr_lock;
 	struct kvp_manager *managers; /* mgr_lock */
+	/* Prefix-cache state (prefix.c), set once by the first manager
+	 * with KVP_PREFIX_CACHE (release; read with acquire). */
+	_Atomic(struct prefix_pool *) prefix;
 	/* Live-pool list of tcache.c.  Synchronization: tcache_global_lock. */
 	struct kvp_pool *live_next;
 };

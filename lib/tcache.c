@@ -325,7 +325,8 @@ static void drainer_fence(void)
 		kvp_fatal("membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) failed");
 }
 
-int tcache_drain_alloc(struct kvp_pool *pool, uint32_t n, uint32_t *ids)
+uint32_t tcache_drain_alloc(struct kvp_pool *pool, uint32_t min, uint32_t max,
+			    uint32_t *ids)
 {
 	struct tcache *head, *tc;
 	uint32_t first, k;
@@ -354,14 +355,14 @@ int tcache_drain_alloc(struct kvp_pool *pool, uint32_t n, uint32_t *ids)
 	pool_note_used(pool, pool->num_blocks -
 				     atomic_load_explicit(&pool->stack.count,
 							  memory_order_relaxed));
-	k = stack_pop_chain(&pool->stack, pool->next, n, n, &first);
+	k = stack_pop_chain(&pool->stack, pool->next, min, max, &first);
 	if (k)
 		stack_chain_copy(pool->next, first, k, ids);
 	for (tc = head; tc; tc = tc->next)
 		/* Release: publishes the emptied count to the owner. */
 		atomic_store_explicit(&tc->drain, 0, memory_order_release);
 	kvp_check_pthread(pthread_mutex_unlock(&pool->drain_lock));
-	return k ? 0 : -ENOSPC;
+	return k;
 }
 
 void tcache_sum(struct kvp_pool *pool, uint64_t *parked, uint64_t *allocs,

@@ -141,11 +141,13 @@ static inline void tcache_add(_Atomic uint64_t *ctr, uint64_t n)
 void tcache_flush_half(struct tcache *tc);
 
 /*
- * Drains every cache of the pool to the global stack, then pops exactly n
- * ids into ids (all or nothing).  The caller must not be inside an owner
- * operation.  Returns 0 or -ENOSPC.
+ * Drains every cache of the pool to the global stack, then pops between
+ * min and max ids into ids (1 <= min <= max).  The caller must not be
+ * inside an owner operation.  Returns how many, or 0 if fewer than min
+ * were free.
  */
-int tcache_drain_alloc(struct kvp_pool *pool, uint32_t n, uint32_t *ids);
+uint32_t tcache_drain_alloc(struct kvp_pool *pool, uint32_t min, uint32_t max,
+			    uint32_t *ids);
 
 /* Sums the pool's caches: parked blocks, allocs, frees, attached threads. */
 void tcache_sum(struct kvp_pool *pool, uint64_t *parked, uint64_t *allocs,

@@ -242,7 +242,7 @@ START_TEST(test_mgr_create_bad_config)
 	ADD_CASE("policy 4", 4, 0.0f, 0.0f, 0);
 	ADD_CASE("policy 100", 100, 0.0f, 0.0f, 0);
 	ADD_CASE("policy -1", -1, 0.0f, 0.0f, 0);
-	ADD_CASE("flags bit 0", 0, 0.0f, 0.0f, 1u);
+	ADD_CASE("flags bit 1 (unknown)", 0, 0.0f, 0.0f, 1u << 1);
 	ADD_CASE("flags bit 31", 0, 0.0f, 0.0f, 1u << 31);
 	ADD_CASE("threshold 1.0001", 0, 1.0001f, 0.0f, 0);
 	ADD_CASE("threshold 1.5", 0, 1.5f, 0.0f, 0);
