@@ -381,13 +381,11 @@ static void release_blocks(struct kvp_manager *m, uint32_t *ids, uint32_t n)
 		ids[i] = ids[j];
 		ids[j] = t;
 	}
-	if (unlikely(kvp_pool_free(m->pool, ids, n) != 0)) {
-		/* Only if someone freed a manager's block behind its back;
-		 * free what can be freed rather than leak the rest. */
+	if (unlikely(pool_free_distinct(m->pool, ids, n) != 0)) {
+		/* Only if someone freed a manager's block behind its back
+		 * (every other block was still dropped). */
 		fprintf(stderr, "kvpool: a sequence's blocks were freed "
 				"outside the manager\n");
-		for (uint32_t i = 0; i < n; i++)
-			(void)kvp_pool_free(m->pool, &ids[i], 1);
 	}
 	stat_add(m, blocks_released, n);
 }
