@@ -363,8 +363,9 @@ int prefix_evict(struct kvp_pool *pool, uint32_t n, uint32_t *ids)
 		list_unlink(pool, pp, ids[i]);
 		atomic_store_explicit(&pool->state[ids[i]], 1,
 				      memory_order_relaxed);
+		/* Acquire: the node as its registrar filled it in. */
 		node = atomic_exchange_explicit(&pp->owner[ids[i]], NULL,
-						memory_order_relaxed);
+						memory_order_acquire);
 		node->evict_next = NULL;
 		*tailp = node;
 		tailp = &node->evict_next;
@@ -620,9 +621,10 @@ int prefix_register(struct kvp_manager *m, uint32_t b,
 	node->block = b;
 	node->evict_next = NULL;
 	/* Two sequences sharing b may commit it at once: one wins owner[b].
-	 * Relaxed: the CACHED CAS below publishes it. */
+	 * Release: the node's fields, for the evictor's acquire exchange
+	 * (hits are ordered by the CACHED CAS below). */
 	if (!atomic_compare_exchange_strong_explicit(&pp->owner[b], &none,
-						     node, memory_order_relaxed,
+						     node, memory_order_release,
 						     memory_order_relaxed)) {
 		kvp_free_aligned(node, KVP_CACHELINE, sizeof(*node));
 		return 0;
