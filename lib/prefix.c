@@ -749,7 +749,10 @@ void prefix_emit(struct kvp_manager *m, enum kvp_event_type type,
 	ev.hashes = hashes;
 	ev.nhashes = n;
 	ev.parent = parent;
-	ev.block_tokens = type == KVP_EVENT_STORED ? m->block_tokens : 0;
+	if (type == KVP_EVENT_STORED) {
+		ev.block_tokens = m->block_tokens;
+		ev.num_tokens = n * m->block_tokens;
+	}
 	m->event_cb(&ev, m->event_arg);
 }
 
