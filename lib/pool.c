@@ -932,10 +932,57 @@ pool_free(struct kvp_pool *pool, const uint32_t *ids, uint32_t n,
 	return free_into_cache(pool, tc, c, ids, n, distinct);
 }
 
+/*
+ * The common case is a leaf, as for kvp_pool_alloc: the last-used cache,
+ * no drain, room for n more blocks, and every block held by the caller
+ * alone (word exactly 1), so the i-th id is the i-th block freed, written
+ * straight into the cache above its count.  At the first other block the
+ * pass is undone (the blocks it took to zero are the caller's alone and on
+ * no free list) and the general path takes over.
+ */
 KVP_API int kvp_pool_free(struct kvp_pool *pool, const uint32_t *ids,
 			  uint32_t n)
 {
-	return pool_free(pool, ids, n, false);
+	_Atomic uint32_t *state;
+	struct tcache *tc;
+	uint32_t c, i, num_blocks, *out;
+
+	if (unlikely(!pool || !ids || n == 0))
+		return -EINVAL;
+	if (unlikely(tcache_last.pool != pool || tcache_last.uid != pool->uid))
+		return free_slow(pool, ids, n, false);
+	tc = tcache_last.tc;
+	if (unlikely(!tcache_enter(tc)))
+		return free_slow(pool, ids, n, false);
+	c = tcache_count(tc);
+	if (unlikely(c + n > tc->cap)) {
+		tcache_exit(tc);
+		return free_slow(pool, ids, n, false);
+	}
+	/* Locals: ids may alias anything. */
+	state = pool->state;
+	num_blocks = pool->num_blocks;
+	out = tc->slots + c;
+	for (i = 0; i < n; i++) {
+		uint32_t id = ids[i];
+
+		/* Acquire: as in drop_sole(). */
+		if (unlikely(id >= num_blocks ||
+			     atomic_load_explicit(&state[id],
+						  memory_order_acquire) != 1))
+			break;
+		atomic_store_explicit(&state[id], 0, memory_order_relaxed);
+		out[i] = id;
+	}
+	if (unlikely(i < n)) {
+		undo_sole(pool, ids, i);
+		tcache_exit(tc);
+		return free_slow(pool, ids, n, false);
+	}
+	tcache_set_count(tc, c + n);
+	tcache_exit(tc);
+	tcache_add(&tc->frees, n);
+	return 0;
 }
 
 int pool_free_distinct(struct kvp_pool *pool, const uint32_t *ids, uint32_t n)
