@@ -71,6 +71,7 @@
 #include "manager.h"
 #include "prefix.h"
 #include "rcu.h"
+#include "stack.h"
 
 #define KVP_UNLINKED 0xfffffffeu /* prev[b] of a block not in the list */
 
@@ -102,8 +103,8 @@ struct prefix_pool {
 	uint32_t head, tail;
 	_Atomic int64_t evictable;   /* see the argument above */
 	_Atomic uint64_t evictions; /* statistics, relaxed */
-	/* Transitions into (released) and out of (revived: hits, resets)
-	 * the evictable state, for the pool's frees and allocs.  Relaxed. */
+	/* Transitions into (released) and out of (revived by hits) the
+	 * evictable state, for the pool's frees and allocs.  Relaxed. */
 	_Atomic uint64_t released, revived;
 };
 
@@ -306,9 +307,11 @@ void prefix_unhit(struct kvp_pool *pool, const uint32_t *blocks, uint32_t n)
 			memory_order_relaxed))
 			;
 		if (refs_of(s - 1) == 0) {
+			/* Evictable again: the revival is undone, counts
+			 * included (a failed call moves no statistic). */
 			atomic_fetch_add_explicit(&pp->evictable, 1,
 						  memory_order_relaxed);
-			atomic_fetch_add_explicit(&pp->released, 1,
+			atomic_fetch_sub_explicit(&pp->revived, 1,
 						  memory_order_relaxed);
 			/* Still linked: back in its old place, as if never
 			 * hit; else (an evictor passed it) at the tail. */
@@ -718,7 +721,7 @@ int prefix_clear(struct kvp_manager *m, bool force)
 	struct prefix_pool *pp = pool_prefix(pool);
 	struct cds_lfht_iter it;
 	struct cds_lfht_node *n;
-	uint32_t chain = KVP_NIL;
+	uint32_t first = KVP_NIL, last = KVP_NIL, nfreed = 0;
 
 	kvp_rcu_read_lock();
 	pp_lock(pp);
@@ -728,6 +731,8 @@ int prefix_clear(struct kvp_manager *m, bool force)
 			struct prefix_node *node = caa_container_of(
 				n, struct prefix_node, node);
 
+			/* Pairs with kvp_rcu_publish() in prefix_register. */
+			kvp_rcu_found(node);
 			if (refs_of(atomic_load_explicit(
 				    &pool->state[node->block],
 				    memory_order_relaxed))) {
@@ -741,19 +746,23 @@ int prefix_clear(struct kvp_manager *m, bool force)
 	{
 		struct prefix_node *node =
 			caa_container_of(n, struct prefix_node, node);
-		uint32_t b = node->block, nw;
-		_Atomic uint32_t *st = &pool->state[b];
-		uint32_t s = atomic_load_explicit(st, memory_order_relaxed);
+		uint32_t b, s, nw;
+		_Atomic uint32_t *st;
 
+		kvp_rcu_found(node);
+		b = node->block;
 		if (atomic_load_explicit(&pp->owner[b],
 					 memory_order_relaxed) != node)
 			continue; /* an evictor took it: it deletes the node */
-
+		st = &pool->state[b];
+		s = atomic_load_explicit(st, memory_order_relaxed);
 		/* A racing hit may take a reference until our CAS: then the
 		 * block stays with its holder, uncached (the hit sees owner
-		 * cleared and drops it).  Acquire: we may reuse the block. */
+		 * cleared and drops it).  An evictable block becomes an
+		 * ordinary free one.  Acquire: its releasers' writes happen
+		 * before its next allocation (our push below releases). */
 		do {
-			nw = refs_of(s) ? s & ~KVP_ST_CACHED : 1;
+			nw = s & ~KVP_ST_CACHED;
 		} while (!atomic_compare_exchange_weak_explicit(
 			st, &s, nw, memory_order_acquire,
 			memory_order_relaxed));
@@ -763,11 +772,12 @@ int prefix_clear(struct kvp_manager *m, bool force)
 		if (refs_of(s) == 0) {
 			atomic_fetch_sub_explicit(&pp->evictable, 1,
 						  memory_order_relaxed);
-			atomic_fetch_add_explicit(&pp->revived, 1,
-						  memory_order_relaxed);
-			/* Ours now: chain it for freeing after the lock. */
-			set_next(pool, b, chain);
-			chain = b;
+			/* On no list: chain it for the free stack. */
+			set_next(pool, b, first);
+			if (first == KVP_NIL)
+				last = b;
+			first = b;
+			nfreed++;
 		}
 		if (cds_lfht_del(m->prefix_map, n))
 			kvp_fatal("a cached block's node was missing");
@@ -776,17 +786,11 @@ int prefix_clear(struct kvp_manager *m, bool force)
 	}
 	pp_unlock(pp);
 	kvp_rcu_read_unlock();
-	/* The blocks are uncached and held once: free them in batches. */
-	while (chain != KVP_NIL) {
-		uint32_t batch[64], k = 0;
-
-		while (chain != KVP_NIL && k < KVP_ARRAY_SIZE(batch)) {
-			batch[k++] = chain;
-			chain = link_next(pool, chain);
-		}
-		if (kvp_pool_free(pool, batch, k) != 0)
-			kvp_fatal("freeing cleared cached blocks failed");
-	}
+	/* Free all along (evictable, then on the stack): one push, and
+	 * neither an allocation nor a free for the pool's counts. */
+	if (nfreed)
+		stack_push_chain(&pool->stack, pool->next, first, last,
+				 nfreed);
 	return 0;
 }
 
