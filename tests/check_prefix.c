@@ -31,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "kvpool.h"
 
@@ -1934,6 +1935,137 @@ START_TEST(test_mt_revive_evict)
 }
 END_TEST
 
+/*
+ * KVP_EVENT_CLEARED must reach the callback before the STORED of any
+ * block registered after the reset forgot everything (kvpool.h: for one
+ * hash, events arrive in the order they happened; a router applying
+ * CLEARED after such a STORED drops a block that is cached).  One thread
+ * commits fresh hashes, another resets; the committer then holds its
+ * block through a hit (so no later reset can forget it), waits until the
+ * reset running then (if any) has returned, so that every CLEARED of a
+ * reset that started before is delivered, checks with a second hit that
+ * the hash is still cached (the first may have raced a reset that was
+ * forgetting it), and then requires that no CLEARED arrived after its
+ * STORED.  Bounded to 3 s.
+ */
+struct rc_ctx {
+	struct kvp_manager *m;
+	_Atomic int stop;
+	_Atomic uint64_t resetting;	/* odd while kvp_prefix_reset runs */
+	_Atomic uint64_t gen;		/* CLEARED events */
+	_Atomic uint64_t stored_key;	/* the committer's hash (first word) */
+	_Atomic uint64_t stored_gen;	/* gen + 1 when its STORED arrived */
+	_Atomic uint64_t resets_ok, rounds, violations;
+	struct errbuf err;
+};
+
+static uint64_t rc_key(const struct kvp_hash *h)
+{
+	uint64_t k;
+
+	memcpy(&k, h->b, sizeof(k));
+	return k;
+}
+
+static void rc_cb(const struct kvp_event *ev, void *arg)
+{
+	struct rc_ctx *c = arg;
+
+	if (ev->type == KVP_EVENT_CLEARED)
+		atomic_fetch_add(&c->gen, 1);
+	else if (ev->type == KVP_EVENT_STORED &&
+		 rc_key(&ev->hashes[0]) == atomic_load(&c->stored_key))
+		atomic_store(&c->stored_gen, atomic_load(&c->gen) + 1);
+}
+
+static void *rc_resetter(void *arg)
+{
+	struct rc_ctx *c = arg;
+
+	while (!atomic_load(&c->stop)) {
+		int rc;
+
+		atomic_fetch_add(&c->resetting, 1);
+		rc = kvp_prefix_reset(c->m);
+		atomic_fetch_add(&c->resetting, 1);
+		if (rc == 0)
+			atomic_fetch_add(&c->resets_ok, 1);
+		else if (rc != -EBUSY)
+			wfail(&c->err, "kvp_prefix_reset %d", rc);
+	}
+	return NULL;
+}
+
+START_TEST(test_mt_reset_stored_order)
+{
+	struct kvp_pool *p = mkpool_nc(64);
+	struct rc_ctx c;
+	pthread_t t;
+	struct timespec t0, now;
+	uint64_t it = 0;
+
+	memset(&c, 0, sizeof(c));
+	c.m = mkpmgr(p);
+	ck_assert_int_eq(kvp_manager_set_event_cb(c.m, rc_cb, &c), 0);
+	ck_assert_int_eq(pthread_create(&t, NULL, rc_resetter, &c), 0);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (;; it++) {
+		struct kvp_hash h;
+		uint32_t cached = 0;
+		int rc;
+
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		if (now.tv_sec - t0.tv_sec >= 3 || atomic_load(&c.violations))
+			break;
+		memset(&h, 0, sizeof(h));
+		memcpy(h.b, &it, sizeof(it));
+		h.b[31] = 0x5a;
+		atomic_store(&c.stored_key, rc_key(&h));
+		atomic_store(&c.stored_gen, 0);
+		create_ok(c.m, 1, BT);
+		rc = kvp_seq_commit(c.m, 1, &h, 1);
+		free_ok(c.m, 1);
+		if (rc != 1)
+			continue;
+		/* Hold it through a hit: no reset can forget it now. */
+		rc = kvp_seq_create_cached(c.m, 2, &h, 1, BT + 1, &cached);
+		ck_assert_int_eq(rc, 0);
+		if (cached == BT) {
+			uint64_t v = atomic_load(&c.resetting);
+
+			while ((v & 1) && atomic_load(&c.resetting) == v)
+				;
+			ck_assert_int_eq(kvp_seq_create_cached(c.m, 3, &h, 1,
+							       BT + 1, &cached),
+					 0);
+			if (cached == BT) {
+				atomic_fetch_add(&c.rounds, 1);
+				/* Cached since its STORED: no CLEARED may
+				 * have been delivered after it. */
+				if (atomic_load(&c.stored_gen) !=
+				    atomic_load(&c.gen) + 1)
+					atomic_fetch_add(&c.violations, 1);
+			}
+			free_ok(c.m, 3);
+		}
+		free_ok(c.m, 2);
+	}
+	atomic_store(&c.stop, 1);
+	pthread_join(t, NULL);
+	ck_assert_msg(c.err.msg[0] == 0, "%s", c.err.msg);
+	ck_assert_msg(atomic_load(&c.violations) == 0,
+		      "a STORED event arrived before the CLEARED of a reset "
+		      "that had already forgotten everything: the hash is "
+		      "cached but the events say it is not (%llu of %llu "
+		      "rounds, %llu resets)",
+		      ULL(atomic_load(&c.violations)),
+		      ULL(atomic_load(&c.rounds)),
+		      ULL(atomic_load(&c.resets_ok)));
+	ck_assert_uint_gt(atomic_load(&c.resets_ok), 0);
+	finish(p, c.m);
+}
+END_TEST
+
 /* ------------------------------------------------------------ suite */
 
 static Suite *prefix_suite(void)
@@ -2006,6 +2138,7 @@ static Suite *prefix_suite(void)
 	tc = tcase_create("threads");
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_mt_revive_evict);
+	tcase_add_test(tc, test_mt_reset_stored_order);
 	suite_add_tcase(s, tc);
 
 	return s;
