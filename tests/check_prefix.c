@@ -1198,6 +1198,24 @@ START_TEST(test_events_runs)
 	}
 	free_ok(m, 2);
 	free_ok(m, 9);
+
+	/* A run closed by a skipped block has its own parent: seq 8 holds
+	 * b0 and b3; seq 3 stores b1 b2 (parent b0), then b4 (parent b3). */
+	{
+		struct chain c = mkchain(76, 5 * BT);
+		struct kvp_hash zh[2] = {c.h[0], c.h[3]};
+
+		create_ok(m, 8, 2 * BT);
+		commit_eq(m, 8, zh, 2, 2);
+		evlog_reset();
+		create_ok(m, 3, 5 * BT);
+		commit_eq(m, 3, c.h, c.nh, 3);
+		ck_assert_uint_eq(evlog.n, 2);
+		expect_stored(0, c.h + 1, 2, &c.h[0]);
+		expect_stored(1, c.h + 4, 1, &c.h[3]);
+		free_ok(m, 3);
+		free_ok(m, 8);
+	}
 	finish(p, m);
 }
 END_TEST
