@@ -621,6 +621,7 @@ struct kvp_event {
 	/* STORED: the hash of the block before hashes[0], NULL at the root. */
 	const struct kvp_hash *parent;
 	uint32_t block_tokens; /* STORED: tokens per block */
+	uint32_t num_tokens;   /* STORED: tokens stored, nhashes x block_tokens */
 };
 
 typedef void (*kvp_event_cb)(const struct kvp_event *ev, void *arg);

@@ -56,17 +56,70 @@
 /* Statistics                                                          */
 /* ------------------------------------------------------------------ */
 
-static _Atomic unsigned next_shard;
-static KVP_TLS unsigned my_shard; /* 1 + index, 0 = unassigned */
+KVP_TLS unsigned kvp_stat_shard;
+/* Bit i: exclusive shard i has a live owner.  Atomic; see below. */
+static _Atomic uint32_t excl_shards_taken;
+static _Atomic unsigned next_shared_shard; /* relaxed: spreads threads */
+static pthread_key_t shard_key;
+static pthread_once_t shard_once = PTHREAD_ONCE_INIT;
+
+_Static_assert(KVP_MGR_EXCL_SHARDS <= 32, "one bit per exclusive shard");
+
+/* Thread exit: gives the exclusive shard back. */
+static void shard_release(void *arg)
+{
+	unsigned i = (unsigned)(uintptr_t)arg - 1;
+
+	/* Release: our last bumps before the next owner's (which acquires
+	 * the bit); the counters keep their sums. */
+	atomic_fetch_and_explicit(&excl_shards_taken, ~(1u << i),
+				  memory_order_release);
+	kvp_stat_shard = 0;
+}
+
+static void shard_key_create(void)
+{
+	kvp_check_pthread(pthread_key_create(&shard_key, shard_release));
+}
+
+static __attribute__((noinline)) void shard_assign(void)
+{
+	const uint32_t all = KVP_MGR_EXCL_SHARDS == 32
+				     ? ~0u
+				     : (1u << KVP_MGR_EXCL_SHARDS) - 1;
+	uint32_t taken;
+
+	kvp_check_pthread(pthread_once(&shard_once, shard_key_create));
+	taken = atomic_load_explicit(&excl_shards_taken, memory_order_relaxed);
+	while ((taken & all) != all) {
+		unsigned i = (unsigned)__builtin_ctz(~taken);
+
+		/* Acquire: the previous owner's bumps (its release). */
+		if (!atomic_compare_exchange_weak_explicit(
+			    &excl_shards_taken, &taken, taken | (1u << i),
+			    memory_order_acquire, memory_order_relaxed))
+			continue;
+		if (pthread_setspecific(shard_key, (void *)(uintptr_t)(i + 1)) ==
+		    0) {
+			kvp_stat_shard = i + 1;
+			return;
+		}
+		/* No destructor could give it back: use a shared shard. */
+		atomic_fetch_and_explicit(&excl_shards_taken, ~(1u << i),
+					  memory_order_release);
+		break;
+	}
+	kvp_stat_shard = KVP_MGR_EXCL_SHARDS + 1 +
+			 atomic_fetch_add_explicit(&next_shared_shard, 1,
+						   memory_order_relaxed) %
+				 KVP_MGR_SHARED_SHARDS;
+}
 
 struct mgr_shard *mgr_shard(struct kvp_manager *m)
 {
-	if (unlikely(!my_shard))
-		/* Relaxed: only spreads threads over the shards. */
-		my_shard = 1 + atomic_fetch_add_explicit(&next_shard, 1,
-							 memory_order_relaxed) %
-				       KVP_MGR_SHARDS;
-	return &m->shards[my_shard - 1];
+	if (unlikely(!kvp_stat_shard))
+		shard_assign();
+	return &m->shards[kvp_stat_shard - 1];
 }
 
 /* Relaxed: statistics. */
@@ -381,13 +434,11 @@ static void release_blocks(struct kvp_manager *m, uint32_t *ids, uint32_t n)
 		ids[i] = ids[j];
 		ids[j] = t;
 	}
-	if (unlikely(kvp_pool_free(m->pool, ids, n) != 0)) {
-		/* Only if someone freed a manager's block behind its back;
-		 * free what can be freed rather than leak the rest. */
+	if (unlikely(pool_free_distinct(m->pool, ids, n) != 0)) {
+		/* Only if someone freed a manager's block behind its back
+		 * (every other block was still dropped). */
 		fprintf(stderr, "kvpool: a sequence's blocks were freed "
 				"outside the manager\n");
-		for (uint32_t i = 0; i < n; i++)
-			(void)kvp_pool_free(m->pool, &ids[i], 1);
 	}
 	stat_add(m, blocks_released, n);
 }
@@ -812,10 +863,8 @@ KVP_API int kvp_seq_append(struct kvp_manager *m, uint64_t id,
 	if (!err) {
 		struct mgr_shard *sh = mgr_shard(m);
 
-		/* Relaxed: statistics. */
-		atomic_fetch_add_explicit(&sh->appends, 1, memory_order_relaxed);
-		atomic_fetch_add_explicit(&sh->tokens, num_tokens,
-					  memory_order_relaxed);
+		mgr_stat_bump(&sh->appends, 1);
+		mgr_stat_bump(&sh->tokens, num_tokens);
 	}
 	return err;
 }

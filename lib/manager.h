@@ -74,8 +74,16 @@ struct seq_slab {
 	struct seq_slab *next; /* immutable: the manager's slab list */
 };
 
-/* Statistics counters, sharded so that threads rarely share a line. */
-#define KVP_MGR_SHARDS 16
+/*
+ * Statistics counters, sharded.  The first KVP_MGR_EXCL_SHARDS shards each
+ * belong to one live thread at a time (claimed on first use, given back at
+ * thread exit), which bumps them with a plain load and store: no locked
+ * instruction on the hot paths.  Threads beyond share the others, with
+ * atomic adds.  Readers sum relaxed loads.
+ */
+#define KVP_MGR_EXCL_SHARDS 16
+#define KVP_MGR_SHARED_SHARDS 4
+#define KVP_MGR_SHARDS (KVP_MGR_EXCL_SHARDS + KVP_MGR_SHARED_SHARDS)
 struct mgr_shard {
 	kvp_cacheline_aligned _Atomic uint64_t creates;
 	_Atomic uint64_t frees, appends, forks, evictions, cows;
@@ -115,13 +123,29 @@ struct kvp_manager {
 	struct mgr_shard shards[KVP_MGR_SHARDS];
 };
 
-/* This thread's statistics shard of m. */
+/* This thread's shard: 1 + index, 0 = not yet assigned (owner only). */
+extern KVP_TLS unsigned kvp_stat_shard;
+
+/* This thread's statistics shard of m (assigns one on first use). */
 struct mgr_shard *mgr_shard(struct kvp_manager *m);
 
-/* Relaxed: statistics. */
+/* Adds v to a counter of this thread's shard.  Relaxed: statistics. */
+static inline void mgr_stat_bump(_Atomic uint64_t *counter, uint64_t v)
+{
+	if (likely(kvp_stat_shard <= KVP_MGR_EXCL_SHARDS))
+		/* The shard's only writer: no read-modify-write needed. */
+		atomic_store_explicit(
+			counter,
+			atomic_load_explicit(counter, memory_order_relaxed) +
+				v,
+			memory_order_relaxed);
+	else
+		atomic_fetch_add_explicit(counter, v, memory_order_relaxed);
+}
+
+/* mgr_shard() runs first, as an argument: the shard is assigned. */
 #define mgr_stat_add(m, field, v)                                            \
-	atomic_fetch_add_explicit(&mgr_shard(m)->field, (uint64_t)(v),        \
-				  memory_order_relaxed)
+	mgr_stat_bump(&mgr_shard(m)->field, (uint64_t)(v))
 
 static inline void seq_lock(struct kvp_seq *s)
 {

@@ -745,16 +745,84 @@ drop_sole(struct kvp_pool *pool, const uint32_t *ids, uint32_t n,
 }
 
 /*
+ * kvp_pool_free's drop for a caller that holds one reference on each of
+ * its distinct ids (a sequence's table): one pass, as it cannot fail
+ * short of a caller bug (-ERANGE, -EALREADY: then every other id is still
+ * dropped, so nothing leaks).  Blocks others share, or cached ones (which hits may
+ * take references on at any time), are decremented by CAS; the next few
+ * words are prefetched for writing, as shared blocks' lines are often in
+ * another core's cache.
+ */
+static inline __attribute__((always_inline)) int
+drop_distinct(struct kvp_pool *pool, const uint32_t *ids, uint32_t n,
+	      struct free_sink *sk)
+{
+	_Atomic uint32_t *state = pool->state;
+	uint32_t num_blocks = pool->num_blocks, idle[64], nidle = 0;
+	int err = 0;
+
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t id = ids[i], s, nw;
+
+		if (i + 4 < n && ids[i + 4] < num_blocks)
+			__builtin_prefetch(&state[ids[i + 4]], 1);
+		if (unlikely(id >= num_blocks)) {
+			err = -ERANGE;
+			continue;
+		}
+		/* Acquire: as in drop_sole(). */
+		s = atomic_load_explicit(&state[id], memory_order_acquire);
+		if (likely(s == 1)) {
+			/* Sole holder: a plain store (see the top). */
+			atomic_store_explicit(&state[id], 0,
+					      memory_order_relaxed);
+			sink_put(pool, sk, id);
+			continue;
+		}
+		do {
+			if (unlikely(!state_held(s))) {
+				err = -EALREADY;
+				goto next;
+			}
+			nw = s - 1;
+			/* As in drop_shared(). */
+		} while (!atomic_compare_exchange_weak_explicit(
+			&state[id], &s, nw, memory_order_acq_rel,
+			memory_order_acquire));
+		if ((nw & KVP_ST_REFS_MASK) != 0)
+			continue;
+		if (!(nw & KVP_ST_CACHED)) {
+			sink_put(pool, sk, id);
+			continue;
+		}
+		idle[nidle++] = id;
+		if (nidle == KVP_ARRAY_SIZE(idle)) {
+			prefix_release(pool, idle, nidle);
+			nidle = 0;
+		}
+next:;
+	}
+	if (nidle)
+		prefix_release(pool, idle, nidle);
+	return err;
+}
+
+/*
  * Both passes: fills the sink with the blocks taken to zero, or returns a
  * negative errno with nothing changed.
  */
 static inline __attribute__((always_inline)) int
 drop_refs(struct kvp_pool *pool, const uint32_t *ids, uint32_t n,
-	  struct free_sink *sk, const bool to_array)
+	  struct free_sink *sk, const bool to_array, const bool distinct)
 {
 	uint32_t shared = 0;
-	int r = drop_sole(pool, ids, n, sk, &shared, to_array);
+	int r;
 
+	if (distinct) {
+		sk->z = 0;
+		return drop_distinct(pool, ids, n, sk);
+	}
+	r = drop_sole(pool, ids, n, sk, &shared, to_array);
 	if (likely(r < 0 || shared == 0))
 		return r;
 	if (shared > 1) {
@@ -773,12 +841,14 @@ drop_refs(struct kvp_pool *pool, const uint32_t *ids, uint32_t n,
  * blocks taken to zero go to the global stack as one chain.
  */
 static int free_to_stack(struct kvp_pool *pool, struct tcache *tc,
-			 const uint32_t *ids, uint32_t n)
+			 const uint32_t *ids, uint32_t n, bool distinct)
 {
 	struct free_sink sk = {.out = NULL};
-	int r = drop_refs(pool, ids, n, &sk, false);
+	int r = distinct ? drop_refs(pool, ids, n, &sk, false, true)
+			 : drop_refs(pool, ids, n, &sk, false, false);
 
-	if (r < 0)
+	/* A distinct drop that failed keeps what it dropped: list it. */
+	if (r < 0 && !distinct)
 		return r;
 	if (sk.z)
 		stack_push_chain(&pool->stack, pool->next, sk.first, sk.last,
@@ -788,7 +858,7 @@ static int free_to_stack(struct kvp_pool *pool, struct tcache *tc,
 	else
 		atomic_fetch_add_explicit(&pool->direct_frees, sk.z,
 					  memory_order_relaxed);
-	return 0;
+	return r;
 }
 
 /*
@@ -797,31 +867,34 @@ static int free_to_stack(struct kvp_pool *pool, struct tcache *tc,
  * looks; on error the pass is undone and the count never moves.  Owner,
  * inside an operation, with c + n <= cap.
  */
-static inline __attribute__((always_inline)) int free_into_cache(struct kvp_pool *pool, struct tcache *tc,
-				  uint32_t c, const uint32_t *ids, uint32_t n)
+static inline __attribute__((always_inline)) int
+free_into_cache(struct kvp_pool *pool, struct tcache *tc, uint32_t c,
+		const uint32_t *ids, uint32_t n, const bool distinct)
 {
 	struct free_sink sk = {.out = tc->slots + c};
-	int r = drop_refs(pool, ids, n, &sk, true);
+	int r = drop_refs(pool, ids, n, &sk, true, distinct);
 
-	if (unlikely(r < 0)) {
+	/* A distinct drop that failed keeps what it dropped: list it. */
+	if (unlikely(r < 0 && !distinct)) {
 		tcache_exit(tc);
 		return r;
 	}
 	tcache_set_count(tc, c + sk.z);
 	tcache_exit(tc);
 	tcache_add(&tc->frees, sk.z);
-	return 0;
+	return r;
 }
 
 /* Everything but the common case of kvp_pool_free; see below. */
 static __attribute__((noinline)) int free_slow(struct kvp_pool *pool,
-					       const uint32_t *ids, uint32_t n)
+					       const uint32_t *ids, uint32_t n,
+					       bool distinct)
 {
 	struct tcache *tc = tcache_get(pool);
 	uint32_t c;
 
 	if (!tc || n > tc->cap / 2)
-		return free_to_stack(pool, tc, ids, n);
+		return free_to_stack(pool, tc, ids, n, distinct);
 	while (unlikely(!tcache_enter(tc)))
 		tcache_wait_drain(tc);
 	c = tcache_count(tc);
@@ -829,15 +902,17 @@ static __attribute__((noinline)) int free_slow(struct kvp_pool *pool,
 		tcache_flush_half(tc);
 		c = tcache_count(tc);
 	}
-	return free_into_cache(pool, tc, c, ids, n);
+	return distinct ? free_into_cache(pool, tc, c, ids, n, true)
+			: free_into_cache(pool, tc, c, ids, n, false);
 }
 
 /*
  * The common case is a leaf, as for kvp_pool_alloc: the last-used cache,
  * no drain, room for n more blocks.  Anything else goes to free_slow().
  */
-KVP_API int kvp_pool_free(struct kvp_pool *pool, const uint32_t *ids,
-			  uint32_t n)
+static inline __attribute__((always_inline)) int
+pool_free(struct kvp_pool *pool, const uint32_t *ids, uint32_t n,
+	  const bool distinct)
 {
 	struct tcache *tc;
 	uint32_t c;
@@ -845,16 +920,74 @@ KVP_API int kvp_pool_free(struct kvp_pool *pool, const uint32_t *ids,
 	if (unlikely(!pool || !ids || n == 0))
 		return -EINVAL;
 	if (unlikely(tcache_last.pool != pool || tcache_last.uid != pool->uid))
-		return free_slow(pool, ids, n);
+		return free_slow(pool, ids, n, distinct);
 	tc = tcache_last.tc;
 	if (unlikely(!tcache_enter(tc)))
-		return free_slow(pool, ids, n);
+		return free_slow(pool, ids, n, distinct);
 	c = tcache_count(tc);
 	if (unlikely(c + n > tc->cap)) {
 		tcache_exit(tc);
-		return free_slow(pool, ids, n);
+		return free_slow(pool, ids, n, distinct);
 	}
-	return free_into_cache(pool, tc, c, ids, n);
+	return free_into_cache(pool, tc, c, ids, n, distinct);
+}
+
+/*
+ * The common case is a leaf, as for kvp_pool_alloc: the last-used cache,
+ * no drain, room for n more blocks, and every block held by the caller
+ * alone (word exactly 1), so the i-th id is the i-th block freed, written
+ * straight into the cache above its count.  At the first other block the
+ * pass is undone (the blocks it took to zero are the caller's alone and on
+ * no free list) and the general path takes over.
+ */
+KVP_API int kvp_pool_free(struct kvp_pool *pool, const uint32_t *ids,
+			  uint32_t n)
+{
+	_Atomic uint32_t *state;
+	struct tcache *tc;
+	uint32_t c, i, num_blocks, *out;
+
+	if (unlikely(!pool || !ids || n == 0))
+		return -EINVAL;
+	if (unlikely(tcache_last.pool != pool || tcache_last.uid != pool->uid))
+		return free_slow(pool, ids, n, false);
+	tc = tcache_last.tc;
+	if (unlikely(!tcache_enter(tc)))
+		return free_slow(pool, ids, n, false);
+	c = tcache_count(tc);
+	if (unlikely(c + n > tc->cap)) {
+		tcache_exit(tc);
+		return free_slow(pool, ids, n, false);
+	}
+	/* Locals: ids may alias anything. */
+	state = pool->state;
+	num_blocks = pool->num_blocks;
+	out = tc->slots + c;
+	for (i = 0; i < n; i++) {
+		uint32_t id = ids[i];
+
+		/* Acquire: as in drop_sole(). */
+		if (unlikely(id >= num_blocks ||
+			     atomic_load_explicit(&state[id],
+						  memory_order_acquire) != 1))
+			break;
+		atomic_store_explicit(&state[id], 0, memory_order_relaxed);
+		out[i] = id;
+	}
+	if (unlikely(i < n)) {
+		undo_sole(pool, ids, i);
+		tcache_exit(tc);
+		return free_slow(pool, ids, n, false);
+	}
+	tcache_set_count(tc, c + n);
+	tcache_exit(tc);
+	tcache_add(&tc->frees, n);
+	return 0;
+}
+
+int pool_free_distinct(struct kvp_pool *pool, const uint32_t *ids, uint32_t n)
+{
+	return pool_free(pool, ids, n, true);
 }
 
 KVP_API int kvp_block_ref(struct kvp_pool *pool, uint32_t id)

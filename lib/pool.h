@@ -79,6 +79,13 @@ struct kvp_pool {
 	struct kvp_pool *live_next;
 };
 
+/*
+ * kvp_pool_free for callers whose ids are distinct (a sequence's block
+ * table): skips the check that an id repeated k times has k references.
+ */
+int pool_free_distinct(struct kvp_pool *pool, const uint32_t *ids,
+		       uint32_t n);
+
 /* Records `used` as a candidate for the pool's peak. */
 void pool_note_used(struct kvp_pool *pool, uint64_t used);
 

@@ -63,6 +63,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -73,15 +74,22 @@
 
 #define KVP_UNLINKED 0xfffffffeu /* prev[b] of a block not in the list */
 
+/*
+ * What a lookup reads is in the first cache line; the rest is written only
+ * when the node goes.  Aligned: a node shares no line with other data
+ * (a neighbour written by another thread made every hit miss).
+ */
 struct prefix_node {
-	struct cds_lfht_node node;
-	struct rcu_head rcu;
+	_Alignas(KVP_CACHELINE) struct cds_lfht_node node;
 	struct kvp_hash hash;	 /* immutable once published */
 	struct kvp_manager *mgr; /* immutable */
 	uint32_t block;		 /* immutable */
+	struct rcu_head rcu;
 	/* The evictor's list of nodes it took off owner[]: its own. */
 	struct prefix_node *evict_next;
 };
+_Static_assert(offsetof(struct prefix_node, rcu) >= KVP_CACHELINE,
+	       "a lookup reads one line of a node");
 
 struct prefix_pool {
 	/* owner[b]: the node caching b, NULL if b is not cached.  Written
@@ -296,7 +304,7 @@ static void node_free_rcu(struct rcu_head *head)
 		caa_container_of(head, struct prefix_node, rcu);
 
 	kvp_rcu_reclaim_head(head);
-	kvp_free(node, sizeof(*node));
+	kvp_free_aligned(node, KVP_CACHELINE, sizeof(*node));
 	kvp_rcu_callback_done();
 }
 
@@ -355,8 +363,9 @@ int prefix_evict(struct kvp_pool *pool, uint32_t n, uint32_t *ids)
 		list_unlink(pool, pp, ids[i]);
 		atomic_store_explicit(&pool->state[ids[i]], 1,
 				      memory_order_relaxed);
+		/* Acquire: the node as its registrar filled it in. */
 		node = atomic_exchange_explicit(&pp->owner[ids[i]], NULL,
-						memory_order_relaxed);
+						memory_order_acquire);
 		node->evict_next = NULL;
 		*tailp = node;
 		tailp = &node->evict_next;
@@ -539,9 +548,12 @@ static struct prefix_node *map_lookup(struct kvp_manager *m,
 	return n ? caa_container_of(n, struct prefix_node, node) : NULL;
 }
 
-/* Read side: a reference on node's block if it still caches it. */
+/*
+ * Read side: a reference on node's block if it still caches it; *revived
+ * counts the blocks it took from zero.
+ */
 static bool take_one(struct kvp_pool *pool, struct prefix_pool *pp,
-		     struct prefix_node *node)
+		     struct prefix_node *node, uint32_t *revived)
 {
 	uint32_t b = node->block;
 	_Atomic uint32_t *st = &pool->state[b];
@@ -555,9 +567,7 @@ static bool take_one(struct kvp_pool *pool, struct prefix_pool *pp,
 		 * its registration and its holders' releases. */
 	} while (!atomic_compare_exchange_weak_explicit(
 		st, &s, s + 1, memory_order_acquire, memory_order_relaxed));
-	if (refs_of(s) == 0)
-		atomic_fetch_sub_explicit(&pp->evictable, 1,
-					  memory_order_relaxed);
+	*revived += refs_of(s) == 0;
 	if (atomic_load_explicit(&pp->owner[b], memory_order_acquire) !=
 	    node) {
 		/* ABA: evicted and cached again under another hash. */
@@ -572,17 +582,21 @@ uint32_t prefix_take(struct kvp_manager *m, const struct kvp_hash *hashes,
 {
 	struct kvp_pool *pool = m->pool;
 	struct prefix_pool *pp = pool_prefix(pool);
-	uint32_t i;
+	uint32_t i, revived = 0;
 
 	kvp_rcu_read_lock();
 	for (i = 0; i < n; i++) {
 		struct prefix_node *node = map_lookup(m, &hashes[i]);
 
-		if (!node || !take_one(pool, pp, node))
+		if (!node || !take_one(pool, pp, node, &revived))
 			break;
 		blocks[i] = node->block;
 	}
 	kvp_rcu_read_unlock();
+	/* One update for the whole prefix: a line other threads share. */
+	if (revived)
+		atomic_fetch_sub_explicit(&pp->evictable, revived,
+					  memory_order_relaxed);
 	return i;
 }
 
@@ -599,7 +613,7 @@ int prefix_register(struct kvp_manager *m, uint32_t b,
 	/* Relaxed: a hint; the CAS on owner[b] decides. */
 	if (atomic_load_explicit(&pp->owner[b], memory_order_relaxed))
 		return 0; /* a fork's sibling registered it */
-	node = kvp_malloc(sizeof(*node));
+	node = kvp_malloc_aligned(KVP_CACHELINE, sizeof(*node));
 	if (!node)
 		return -ENOMEM;
 	node->hash = *h;
@@ -607,11 +621,12 @@ int prefix_register(struct kvp_manager *m, uint32_t b,
 	node->block = b;
 	node->evict_next = NULL;
 	/* Two sequences sharing b may commit it at once: one wins owner[b].
-	 * Relaxed: the CACHED CAS below publishes it. */
+	 * Release: the node's fields, for the evictor's acquire exchange
+	 * (hits are ordered by the CACHED CAS below). */
 	if (!atomic_compare_exchange_strong_explicit(&pp->owner[b], &none,
-						     node, memory_order_relaxed,
+						     node, memory_order_release,
 						     memory_order_relaxed)) {
-		kvp_free(node, sizeof(*node));
+		kvp_free_aligned(node, KVP_CACHELINE, sizeof(*node));
 		return 0;
 	}
 	/* Release: owner[b] and the block's data before CACHED (pairs with
@@ -641,7 +656,7 @@ int prefix_register(struct kvp_manager *m, uint32_t b,
 	atomic_store_explicit(&pp->owner[b], NULL, memory_order_relaxed);
 	list_unlink(pool, pp, b); /* a release may have linked it */
 	pp_unlock(pp);
-	kvp_free(node, sizeof(*node));
+	kvp_free_aligned(node, KVP_CACHELINE, sizeof(*node));
 	return 0;
 }
 
@@ -734,7 +749,10 @@ void prefix_emit(struct kvp_manager *m, enum kvp_event_type type,
 	ev.hashes = hashes;
 	ev.nhashes = n;
 	ev.parent = parent;
-	ev.block_tokens = type == KVP_EVENT_STORED ? m->block_tokens : 0;
+	if (type == KVP_EVENT_STORED) {
+		ev.block_tokens = m->block_tokens;
+		ev.num_tokens = n * m->block_tokens;
+	}
 	m->event_cb(&ev, m->event_arg);
 }
 
