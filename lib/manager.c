@@ -694,6 +694,7 @@ KVP_API int kvp_seq_commit(struct kvp_manager *m, uint64_t id,
 	upto = seq_tokens(s) / m->block_tokens; /* full blocks */
 	if (upto > nhashes)
 		upto = nhashes;
+	prefix_events_begin(m);
 	/* Blocks [run, i) were stored by this call: one STORED event per
 	 * contiguous run, emitted while we hold the blocks (so before any
 	 * can be evicted and reported removed). */
@@ -716,6 +717,7 @@ KVP_API int kvp_seq_commit(struct kvp_manager *m, uint64_t id,
 	if (!err && i > run)
 		prefix_emit(m, KVP_EVENT_STORED, hashes + run, i - run,
 			    run ? &hashes[run - 1] : NULL);
+	prefix_events_end(m);
 	if (s->committed < i)
 		s->committed = err ? i : upto;
 	seq_unlock(s);
@@ -730,9 +732,13 @@ KVP_API int kvp_prefix_reset(struct kvp_manager *m)
 
 	if (!m || !m->prefix_map)
 		return -EINVAL;
+	/* Under the event lock: a concurrent commit's STORED comes before
+	 * CLEARED if the reset forgot its blocks, after it if not. */
+	prefix_events_begin(m);
 	err = prefix_clear(m, false);
 	if (!err)
 		prefix_emit(m, KVP_EVENT_CLEARED, NULL, 0, NULL);
+	prefix_events_end(m);
 	return err;
 }
 

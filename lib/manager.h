@@ -107,6 +107,7 @@ struct kvp_manager {
 	struct cds_lfht *prefix_map;
 	kvp_event_cb event_cb; /* set before concurrent use */
 	void *event_arg;
+	pthread_mutex_t event_lock; /* see prefix.c */
 	/* The pool's manager list.  Synchronization: pool->mgr_lock. */
 	struct kvp_manager *pool_next;
 	/* Every slab of sequence structs: push-only (CAS), freed at

@@ -1048,7 +1048,7 @@ KVP_API uint32_t kvp_pool_block_tokens(const struct kvp_pool *pool)
 
 KVP_API void kvp_pool_stats(struct kvp_pool *pool, struct kvp_pool_stats *st)
 {
-	uint64_t parked, allocs, frees, on_stack;
+	uint64_t parked, allocs, frees, on_stack, released, revived;
 	uint32_t threads;
 
 	if (!pool || !st)
@@ -1069,10 +1069,13 @@ KVP_API void kvp_pool_stats(struct kvp_pool *pool, struct kvp_pool_stats *st)
 	pool_note_used(pool, st->used);
 	st->peak_used =
 		atomic_load_explicit(&pool->peak_used, memory_order_relaxed);
-	st->allocs = allocs + atomic_load_explicit(&pool->direct_allocs,
-						   memory_order_relaxed);
-	st->frees = frees + atomic_load_explicit(&pool->direct_frees,
-						 memory_order_relaxed);
+	prefix_transitions(pool, &released, &revived);
+	st->allocs = allocs + revived +
+		     atomic_load_explicit(&pool->direct_allocs,
+					  memory_order_relaxed);
+	st->frees = frees + released +
+		    atomic_load_explicit(&pool->direct_frees,
+					 memory_order_relaxed);
 	st->cache_blocks = pool->cache_cap;
 	st->threads = threads;
 }

@@ -102,6 +102,9 @@ struct prefix_pool {
 	uint32_t head, tail;
 	_Atomic int64_t evictable;   /* see the argument above */
 	_Atomic uint64_t evictions; /* statistics, relaxed */
+	/* Transitions into (released) and out of (revived: hits, resets)
+	 * the evictable state, for the pool's frees and allocs.  Relaxed. */
+	_Atomic uint64_t released, revived;
 };
 
 static inline uint32_t refs_of(uint32_t s)
@@ -176,6 +179,35 @@ static void pp_unlock(struct prefix_pool *pp)
 	kvp_check_pthread(pthread_mutex_unlock(&pp->lock));
 }
 
+/*
+ * A manager's event lock orders its events with the map changes they
+ * report (STORED with its insertions, REMOVED with its deletions, CLEARED
+ * with a reset), so that per hash the callback sees them in the order the
+ * map changed.  Taken only when a callback is set: without one there is
+ * nothing to order.  Lock order: event lock, then the list lock.
+ */
+static void event_lock(struct kvp_manager *m)
+{
+	if (m->event_cb)
+		kvp_check_pthread(pthread_mutex_lock(&m->event_lock));
+}
+
+static void event_unlock(struct kvp_manager *m)
+{
+	if (m->event_cb)
+		kvp_check_pthread(pthread_mutex_unlock(&m->event_lock));
+}
+
+void prefix_events_begin(struct kvp_manager *m)
+{
+	event_lock(m);
+}
+
+void prefix_events_end(struct kvp_manager *m)
+{
+	event_unlock(m);
+}
+
 /* ------------------------------------------------------------------ */
 /* Pool side                                                           */
 /* ------------------------------------------------------------------ */
@@ -207,6 +239,8 @@ int prefix_pool_attach(struct kvp_pool *pool)
 	pp->head = pp->tail = KVP_NIL;
 	atomic_init(&pp->evictable, 0);
 	atomic_init(&pp->evictions, 0);
+	atomic_init(&pp->released, 0);
+	atomic_init(&pp->revived, 0);
 	/* Release: publishes the initialised state to pool_prefix(). */
 	atomic_store_explicit(&pool->prefix, pp, memory_order_release);
 	return 0;
@@ -229,8 +263,9 @@ void prefix_release(struct kvp_pool *pool, const uint32_t *ids, uint32_t n)
 {
 	struct prefix_pool *pp = pool_prefix(pool);
 
-	/* Relaxed: a count; the state word orders the transitions. */
+	/* Relaxed: counts; the state word orders the transitions. */
 	atomic_fetch_add_explicit(&pp->evictable, n, memory_order_relaxed);
+	atomic_fetch_add_explicit(&pp->released, n, memory_order_relaxed);
 	pp_lock(pp);
 	for (uint32_t i = 0; i < n; i++) {
 		uint32_t b = ids[i];
@@ -273,6 +308,8 @@ void prefix_unhit(struct kvp_pool *pool, const uint32_t *blocks, uint32_t n)
 		if (refs_of(s - 1) == 0) {
 			atomic_fetch_add_explicit(&pp->evictable, 1,
 						  memory_order_relaxed);
+			atomic_fetch_add_explicit(&pp->released, 1,
+						  memory_order_relaxed);
 			/* Still linked: back in its old place, as if never
 			 * hit; else (an evictor passed it) at the tail. */
 			if (!list_linked(pp, b))
@@ -284,19 +321,6 @@ void prefix_unhit(struct kvp_pool *pool, const uint32_t *blocks, uint32_t n)
 
 /* Up to KVP_EVENT_BATCH hashes of one manager per REMOVED event. */
 #define KVP_EVENT_BATCH 16
-
-struct removal {
-	struct kvp_manager *mgr;
-	uint32_t n;
-	struct kvp_hash hashes[KVP_EVENT_BATCH];
-};
-
-static void removal_flush(struct removal *r)
-{
-	if (r->n)
-		prefix_emit(r->mgr, KVP_EVENT_REMOVED, r->hashes, r->n, NULL);
-	r->n = 0;
-}
 
 static void node_free_rcu(struct rcu_head *head)
 {
@@ -311,7 +335,6 @@ static void node_free_rcu(struct rcu_head *head)
 int prefix_evict(struct kvp_pool *pool, uint32_t n, uint32_t *ids)
 {
 	struct prefix_pool *pp = pool_prefix(pool);
-	struct removal rm = {.mgr = NULL, .n = 0};
 	struct prefix_node *gone = NULL, **tailp = &gone, *node;
 	uint32_t got = 0, b;
 
@@ -373,22 +396,28 @@ int prefix_evict(struct kvp_pool *pool, uint32_t n, uint32_t *ids)
 	atomic_fetch_sub_explicit(&pp->evictable, got, memory_order_relaxed);
 	atomic_fetch_add_explicit(&pp->evictions, got, memory_order_relaxed);
 	pp_unlock(pp);
-	/* Report, then delete: see the argument at the top. */
-	for (node = gone; node; node = node->evict_next) {
-		if (rm.n == KVP_EVENT_BATCH || rm.mgr != node->mgr)
-			removal_flush(&rm);
-		rm.mgr = node->mgr;
-		rm.hashes[rm.n++] = node->hash;
-	}
-	removal_flush(&rm);
+	/* Per run of one manager's nodes: report, then delete, under its
+	 * event lock (see the argument at the top). */
 	while (gone) {
-		node = gone;
-		gone = node->evict_next;
-		if (cds_lfht_del(node->mgr->prefix_map, &node->node))
-			kvp_fatal("an evicted block's node was missing");
-		mgr_stat_add(node->mgr, prefix_cached, -1);
-		mgr_stat_add(node->mgr, prefix_evictions, 1);
-		kvp_rcu_call(&node->rcu, node_free_rcu);
+		struct kvp_manager *m = gone->mgr;
+		struct kvp_hash hashes[KVP_EVENT_BATCH];
+		uint32_t k = 0;
+
+		for (node = gone; node && node->mgr == m && k < KVP_EVENT_BATCH;
+		     node = node->evict_next)
+			hashes[k++] = node->hash;
+		event_lock(m);
+		prefix_emit(m, KVP_EVENT_REMOVED, hashes, k, NULL);
+		for (uint32_t j = 0; j < k; j++) {
+			node = gone;
+			gone = node->evict_next;
+			if (cds_lfht_del(m->prefix_map, &node->node))
+				kvp_fatal("an evicted block's node was missing");
+			kvp_rcu_call(&node->rcu, node_free_rcu);
+		}
+		event_unlock(m);
+		mgr_stat_add(m, prefix_cached, -(int64_t)k);
+		mgr_stat_add(m, prefix_evictions, k);
 	}
 	kvp_rcu_read_unlock();
 	return 0;
@@ -403,6 +432,19 @@ uint64_t prefix_evictable(struct kvp_pool *pool)
 		return 0;
 	e = atomic_load_explicit(&pp->evictable, memory_order_relaxed);
 	return e > 0 ? (uint64_t)e : 0;
+}
+
+void prefix_transitions(struct kvp_pool *pool, uint64_t *released,
+			uint64_t *revived)
+{
+	struct prefix_pool *pp = pool_prefix(pool);
+
+	*released = pp ? atomic_load_explicit(&pp->released,
+					      memory_order_relaxed)
+		       : 0;
+	*revived = pp ? atomic_load_explicit(&pp->revived,
+					     memory_order_relaxed)
+		      : 0;
 }
 
 uint64_t prefix_evictions(struct kvp_pool *pool)
@@ -516,10 +558,16 @@ static int node_match(struct cds_lfht_node *ht_node, const void *key)
 
 int prefix_map_init(struct kvp_manager *m)
 {
+	if (pthread_mutex_init(&m->event_lock, NULL) != 0)
+		return -ENOMEM;
 	m->prefix_map = cds_lfht_new_flavor(
 		64, 64, 0, CDS_LFHT_AUTO_RESIZE | CDS_LFHT_ACCOUNTING,
 		&urcu_memb_flavor, NULL);
-	return m->prefix_map ? 0 : -ENOMEM;
+	if (!m->prefix_map) {
+		pthread_mutex_destroy(&m->event_lock);
+		return -ENOMEM;
+	}
+	return 0;
 }
 
 void prefix_map_fini(struct kvp_manager *m)
@@ -535,6 +583,7 @@ void prefix_map_fini(struct kvp_manager *m)
 	if (cds_lfht_destroy(m->prefix_map, NULL) != 0)
 		kvp_fatal("cds_lfht_destroy on a non-empty prefix map");
 	m->prefix_map = NULL;
+	pthread_mutex_destroy(&m->event_lock);
 }
 
 static struct prefix_node *map_lookup(struct kvp_manager *m,
@@ -594,9 +643,12 @@ uint32_t prefix_take(struct kvp_manager *m, const struct kvp_hash *hashes,
 	}
 	kvp_rcu_read_unlock();
 	/* One update for the whole prefix: a line other threads share. */
-	if (revived)
+	if (revived) {
 		atomic_fetch_sub_explicit(&pp->evictable, revived,
 					  memory_order_relaxed);
+		atomic_fetch_add_explicit(&pp->revived, revived,
+					  memory_order_relaxed);
+	}
 	return i;
 }
 
@@ -710,6 +762,8 @@ int prefix_clear(struct kvp_manager *m, bool force)
 				      memory_order_relaxed);
 		if (refs_of(s) == 0) {
 			atomic_fetch_sub_explicit(&pp->evictable, 1,
+						  memory_order_relaxed);
+			atomic_fetch_add_explicit(&pp->revived, 1,
 						  memory_order_relaxed);
 			/* Ours now: chain it for freeing after the lock. */
 			set_next(pool, b, chain);

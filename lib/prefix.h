@@ -56,6 +56,10 @@ int prefix_evict(struct kvp_pool *pool, uint32_t n, uint32_t *ids);
 uint64_t prefix_evictable(struct kvp_pool *pool);
 /* Cached blocks evicted by allocations so far. */
 uint64_t prefix_evictions(struct kvp_pool *pool);
+/* Blocks that became evictable (a free, for the pool's counts) and that
+ * left that state other than by eviction (hits, resets: allocations). */
+void prefix_transitions(struct kvp_pool *pool, uint64_t *released,
+			uint64_t *revived);
 
 /* Quiescent check of the evictable list; 0 or -EFAULT (details on
  * stderr).  Pools without a prefix cache pass. */
@@ -98,6 +102,11 @@ int prefix_register(struct kvp_manager *m, uint32_t b,
  * Returns 0 or -EBUSY.
  */
 int prefix_clear(struct kvp_manager *m, bool force);
+
+/* Around a commit: orders its STORED events with other threads' events
+ * of m (no-ops without a callback). */
+void prefix_events_begin(struct kvp_manager *m);
+void prefix_events_end(struct kvp_manager *m);
 
 /* Emits an event to m's callback, if any. */
 void prefix_emit(struct kvp_manager *m, enum kvp_event_type type,
