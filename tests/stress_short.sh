@@ -9,3 +9,4 @@ b=${top_builddir:-.}
 "$b/stress/stress_pool" 3 1 --blocks 64 --cache 8
 "$b/stress/stress_seq" 4 2
 "$b/stress/stress_churn" 2000 8
+"$b/stress/stress_prefix" 3 2
