@@ -632,7 +632,11 @@ typedef void (*kvp_event_cb)(const struct kvp_event *ev, void *arg);
  * kvp_seq_commit, REMOVED from any allocation on the pool (any manager's),
  * CLEARED from kvp_prefix_reset; so concurrently from several threads, but
  * for one hash always in the order the events happened (a block is stored
- * before it can be evicted).  The event's arrays live for the call only.
+ * before it can be evicted, and a hash is stored again only after its
+ * removal was reported).  One exception, harmless to a router: a block an
+ * allocation was evicting while kvp_prefix_reset ran may be reported
+ * REMOVED just after the CLEARED.  The event's arrays live for the call
+ * only.
  * The callback must not call kvpool functions on the pool.  Set it before
  * other threads use the manager.  Errors: -EINVAL (NULL m).
  */
