@@ -90,6 +90,9 @@ static int hasher_start(struct hasher *h, enum kvp_hash_algo algo)
 		sha256_init(&h->u.sha);
 		return 0;
 	}
+	/* xxHash requires a state declared on the stack to be initialised
+	 * before its first reset (the seeded reset reads it). */
+	XXH3_INITSTATE(&h->u.xxh);
 	if (atomic_load_explicit(&xxh_seeded, memory_order_acquire)) {
 		XXH3_128bits_reset_withSeed(
 			&h->u.xxh, atomic_load_explicit(&xxh_seed,
