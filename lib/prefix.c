@@ -559,13 +559,33 @@ static int node_match(struct cds_lfht_node *ht_node, const void *key)
 	return memcmp(&node->hash, key, sizeof(node->hash)) == 0;
 }
 
+/*
+ * Buckets to start with.  A map never holds more nodes than the pool has
+ * blocks (a node caches one block), so a table of about that many buckets
+ * keeps chains short without waiting for rculfhash's lazy growth, which
+ * lets the load reach 8 nodes per bucket (a cache miss each) before it
+ * resizes.  Capped, so a huge pool does not pay megabytes up front; the
+ * table still grows past the cap (and shrinks to 64) on its own.
+ */
+#define KVP_PREFIX_MAP_MAX_INIT (1ul << 20)
+
+static unsigned long prefix_map_buckets(uint32_t num_blocks)
+{
+	unsigned long n = 64;
+
+	while (n < num_blocks && n < KVP_PREFIX_MAP_MAX_INIT)
+		n <<= 1;
+	return n;
+}
+
 int prefix_map_init(struct kvp_manager *m)
 {
 	if (pthread_mutex_init(&m->event_lock, NULL) != 0)
 		return -ENOMEM;
 	m->prefix_map = cds_lfht_new_flavor(
-		64, 64, 0, CDS_LFHT_AUTO_RESIZE | CDS_LFHT_ACCOUNTING,
-		&urcu_memb_flavor, NULL);
+		prefix_map_buckets(m->pool->num_blocks), 64, 0,
+		CDS_LFHT_AUTO_RESIZE | CDS_LFHT_ACCOUNTING, &urcu_memb_flavor,
+		NULL);
 	if (!m->prefix_map) {
 		pthread_mutex_destroy(&m->event_lock);
 		return -ENOMEM;
