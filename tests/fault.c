@@ -80,6 +80,18 @@ unsigned long fault_disarm(void)
 	return seen;
 }
 
+static bool suspended_armed;
+
+void fault_suspend(void)
+{
+	suspended_armed = atomic_exchange(&armed, false);
+}
+
+void fault_resume(void)
+{
+	atomic_store(&armed, suspended_armed);
+}
+
 bool fault_fired(void)
 {
 	return fired;

@@ -17,6 +17,10 @@
 void fault_arm(unsigned long nth);
 /* Stops counting; returns the number of allocations seen while armed. */
 unsigned long fault_disarm(void);
+/* Stops and resumes counting (a test's own observations between calls
+ * must not count as the library's allocations). */
+void fault_suspend(void);
+void fault_resume(void);
 /* Whether the armed failure happened, and where (function, size). */
 bool fault_fired(void);
 const char *fault_site(void);
