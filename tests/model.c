@@ -338,7 +338,7 @@ int model_manager_config_rc(const struct kvp_manager_config *cfg,
 		return -EINVAL; /* NaN fails both */
 	if (!(cfg->watermark >= 0 && cfg->watermark < 1))
 		return -EINVAL;
-	if (cfg->flags) /* no manager flag is implemented yet */
+	if (cfg->flags & ~KVP_PREFIX_CACHE)
 		return -EINVAL;
 	return 0;
 }
