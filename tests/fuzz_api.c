@@ -108,6 +108,9 @@ struct world {
 	uint32_t nraw;
 	int op;
 	bool fault_armed;
+	/* A call left a state the model cannot know (kvp_seq_commit's
+	 * partial -ENOMEM): stop comparing, just clean up. */
+	bool lost_track;
 	/* The pool and managers come from caches (see below): their
 	 * counters start where the last input left them. */
 	int pool_slot;
@@ -116,7 +119,13 @@ struct world {
 	struct kvp_stats mgr_base[NMGR];
 };
 
+/* Events (see below): the library's, split per hash, and their check. */
+static void on_event(const struct kvp_event *ev, void *arg);
+static void check_events(struct world *w);
+static uint32_t nlib_events;
+
 static char trace[MAX_OPS + 64][200];
+static int trace_all = -1; /* KVP_FUZZ_TRACE set: print every input's */
 static int ntrace;
 static FILE *devnull_w, *devnull_r;
 
@@ -229,6 +238,7 @@ static void check_state(struct world *w)
 	if (model_error(w->mp))
 		mismatch("the library made an illegal choice: %s",
 			 model_error(w->mp));
+	check_events(w);
 	memset(&ls, 0xA5, sizeof(ls));
 	kvp_pool_stats(w->pool, &ls);
 	model_pool_stats(w->mp, &ms);
@@ -238,6 +248,10 @@ static void check_state(struct world *w)
 	EXPECT_EQ("pool stats: allocs", ls.allocs - w->pool_base.allocs,
 		  ms.allocs);
 	EXPECT_EQ("pool stats: frees", ls.frees - w->pool_base.frees, ms.frees);
+	EXPECT_EQ("pool stats: evictable", ls.evictable, ms.evictable);
+	EXPECT_EQ("pool stats: cache_evictions",
+		  ls.cache_evictions - w->pool_base.cache_evictions,
+		  ms.cache_evictions);
 	if (ls.in_thread_caches > ls.free)
 		mismatch("pool stats: %llu parked > %llu free",
 			 (unsigned long long)ls.in_thread_caches,
@@ -301,6 +315,11 @@ static void check_state(struct world *w)
 		SAME(cow_copies);
 		SAME(blocks_allocated);
 		SAME(blocks_released);
+		SAME(prefix_queries);
+		SAME(prefix_hits);
+		SAME(prefix_cached_blocks);
+		SAME(prefix_commits);
+		SAME(prefix_evictions);
 #undef SAME
 		EXPECT_EQ("kvp_manager_stats: blocks_used", lst.blocks_used,
 			  mst.blocks_used);
@@ -453,9 +472,12 @@ static struct kvp_manager_config mgr_config(struct world *w, struct rd *r,
 	c.policy = (enum kvp_policy)(b % 4);
 	c.eviction_threshold = thresholds[t % 4];
 	c.watermark = watermarks[t % 4];
+	if (b & 4)
+		c.flags = KVP_PREFIX_CACHE;
 	if (wild || (b & 0xE0) == 0xE0) {
 		static const int bad_policy[] = {4, -1, 100, 0, 1, 2, 3, 0};
-		static const uint32_t bad_flags[] = {0, 1, 2, 1u << 31};
+		static const uint32_t bad_flags[] = {0, KVP_PREFIX_CACHE, 2,
+						     1u << 31};
 
 		c.policy = (enum kvp_policy)bad_policy[(b >> 2) % 8];
 		c.flags = bad_flags[(t >> 3) % 4];
@@ -479,7 +501,7 @@ static struct kvp_manager_config mgr_config(struct world *w, struct rd *r,
  * sequences as kvp_manager_destroy would).  Real destroys happen when an
  * entry is evicted, and then the pool must be whole.
  */
-#define POOL_CACHE 4096
+#define POOL_CACHE 1024
 #define MGRS_PER_POOL 24 /* 16 valid configurations, and wild ones */
 
 struct pool_key {
@@ -636,6 +658,10 @@ static void mgr_open(struct world *w, int i, struct rd *r)
 	w->slot_entry[i] = me;
 	w->m[i] = me->m;
 	w->mm[i] = model_mgr_new(w->mp, &c);
+	EXPECT_RC("kvp_manager_set_event_cb",
+		  kvp_manager_set_event_cb(w->m[i], on_event,
+					   (void *)(intptr_t)i),
+		  0);
 	kvp_manager_stats(w->m[i], &w->mgr_base[i]);
 	if (w->mgr_base[i].sequences != 0)
 		mismatch("a cached manager still has %llu sequences",
@@ -648,13 +674,21 @@ static void mgr_close(struct world *w, int i)
 {
 	struct model_mgr *mm = w->mm[i];
 
-	note("(slot %d closed: its sequences freed)", i);
+	note("(slot %d closed: its sequences freed, its cache reset)", i);
 	while (mm->nseqs) {
 		uint64_t id = mm->seqs[mm->nseqs - 1].id;
 
 		EXPECT_RC("kvp_seq_free (closing a slot)",
 			  kvp_seq_free(w->m[i], id), model_seq_free(mm, id));
 	}
+	if (mm->flags & KVP_PREFIX_CACHE)
+		EXPECT_RC("kvp_prefix_reset (closing a slot)",
+			  kvp_prefix_reset(w->m[i]), model_prefix_reset(mm));
+	if (!w->lost_track)
+		check_events(w);
+	nlib_events = 0;
+	w->mp->nevents = 0;
+	(void)kvp_manager_set_event_cb(w->m[i], NULL, NULL);
 	w->slot_entry[i]->busy = false;
 	model_mgr_delete(mm);
 	w->m[i] = NULL;
@@ -1164,7 +1198,12 @@ static void op_checks(struct world *w, struct rd *r)
 	uint8_t v = u8(r);
 	int rc, mrc;
 
-	switch (v % 5) {
+	switch (v % 6) {
+	case 5:
+		rc = kvp_manager_set_event_cb(NULL, on_event, NULL);
+		note("kvp_manager_set_event_cb(NULL) = %d", rc);
+		EXPECT_RC("kvp_manager_set_event_cb", rc, -EINVAL);
+		break;
 	case 0:
 		rc = kvp_pool_check((v & 8) ? NULL : w->pool);
 		note("kvp_pool_check(%s) = %d", (v & 8) ? "NULL" : "pool", rc);
@@ -1306,27 +1345,218 @@ static void op_mgr_reopen(struct world *w, struct rd *r)
 	mgr_open(w, i, r);
 }
 
-#ifdef KVP_FAULT_INJECTION
+/* Without the hook, the opcode only reads its byte: inputs keep their
+ * meaning in every build. */
 static void op_fault(struct world *w, struct rd *r)
 {
 	unsigned long nth = 1 + u8(r) % 4;
 
+#ifdef KVP_FAULT_INJECTION
 	note("(the next call's allocation #%lu fails)", nth);
 	fault_arm(nth);
 	w->fault_armed = true;
-}
+#else
+	(void)w;
+	(void)nth;
 #endif
+}
+
+/* ------------------------------------------------------------ prefix */
+
+#define NCHAINS 4
+#define MAX_HASHES (MAX_BLOCKS + 4)
+
+/*
+ * Block hash i of chain c (opaque to kvpool: no need to run
+ * kvp_hash_blocks).  Chain 3 shares its first two blocks with chain 0,
+ * then diverges: a partial hit.
+ */
+static struct kvp_hash chain_hash(unsigned c, unsigned i)
+{
+	struct kvp_hash h;
+
+	if (c == 3 && i < 2)
+		c = 0;
+	memset(&h, 0, sizeof(h));
+	h.b[0] = (uint8_t)(c + 1);
+	h.b[1] = (uint8_t)i;
+	h.b[9] = 0x5A;
+	return h;
+}
+
+static uint32_t chain(struct rd *r, struct kvp_hash *h, unsigned *c)
+{
+	uint8_t b = u8(r);
+	uint32_t n = u8(r) % MAX_HASHES;
+
+	*c = b % NCHAINS;
+	for (uint32_t i = 0; i < n; i++)
+		h[i] = chain_hash(*c, i);
+	return n;
+}
+
+static void op_create_cached(struct world *w, struct rd *r)
+{
+	int i = mgr_index(r);
+	uint64_t id = seq_id(r);
+	struct kvp_hash h[MAX_HASHES];
+	unsigned c;
+	uint32_t nh = chain(r, h, &c), t = tokens(w, r), lc = 0xDEAD,
+		 mc = 0xDEAD;
+	uint32_t tab[MAX_BLOCKS + 1], n = 0;
+	uint8_t v = u8(r);
+	bool null_h = (v & 3) == 3, null_c = (v & 3) == 2;
+	int rc, mrc;
+
+	if (null_h && (v & 4))
+		nh = 0;
+	rc = kvp_seq_create_cached(w->m[i], id, null_h ? NULL : h, nh, t,
+				   null_c ? NULL : &lc);
+	note("kvp_seq_create_cached(m%d, %llu, %s%u hashes of chain %u,"
+	     " %u tokens, %s) = %d (cached %u)",
+	     i, (unsigned long long)id, null_h ? "NULL, " : "", nh, c, t,
+	     null_c ? "NULL" : "ptr", rc, lc);
+	if (failed_by_fault(w, rc, true, "kvp_seq_create_cached"))
+		return;
+	if (rc == 0 && kvp_seq_blocks(w->m[i], id, tab, MAX_BLOCKS + 1, &n))
+		mismatch("kvp_seq_blocks after a cached create failed");
+	mrc = model_seq_create_cached(w->mm[i], id, h, nh, null_h, t,
+				      rc == 0 ? tab : NULL, &mc);
+	EXPECT_RC("kvp_seq_create_cached", rc, mrc);
+	if (rc == 0 && !null_c)
+		EXPECT_EQ("kvp_seq_create_cached: *cached_tokens", lc, mc);
+}
+
+static void op_commit(struct world *w, struct rd *r)
+{
+	int i = mgr_index(r);
+	uint64_t id = seq_id(r);
+	struct kvp_hash h[MAX_HASHES];
+	unsigned c;
+	uint32_t nh = chain(r, h, &c);
+	uint8_t v = u8(r);
+	bool null_h = (v & 7) == 7;
+	int rc;
+
+	if (null_h && (v & 8))
+		nh = 0;
+	rc = kvp_seq_commit(w->m[i], id, null_h ? NULL : h, nh);
+	note("kvp_seq_commit(m%d, %llu, %s%u hashes of chain %u) = %d", i,
+	     (unsigned long long)id, null_h ? "NULL, " : "", nh, c, rc);
+	/* -ENOMEM keeps what was registered before it (kvpool.h): the
+	 * model cannot know how much, so the input stops comparing. */
+	if (failed_by_fault(w, rc, true, "kvp_seq_commit")) {
+		w->lost_track = true;
+		return;
+	}
+	EXPECT_RC("kvp_seq_commit", rc,
+		  model_seq_commit(w->mm[i], id, h, nh, null_h));
+}
+
+static void op_prefix_reset(struct world *w, struct rd *r)
+{
+	int i = mgr_index(r);
+	int rc = kvp_prefix_reset(w->m[i]);
+
+	note("kvp_prefix_reset(m%d) = %d", i, rc);
+	EXPECT_RC("kvp_prefix_reset", rc, model_prefix_reset(w->mm[i]));
+}
+
+/* ------------------------------------------------------------ events */
+
+struct lib_event {
+	int slot;
+	enum kvp_event_type type;
+	struct kvp_hash hash;
+	bool has_parent;
+	struct kvp_hash parent;
+};
+
+static struct lib_event lib_events[MODEL_MAX_EVENTS];
+static uint32_t nlib_events;
+static uint32_t event_bt; /* the running input's block_tokens */
+
+/* The slot managers' callback: events split into one entry per hash. */
+static void on_event(const struct kvp_event *ev, void *arg)
+{
+	int slot = (int)(intptr_t)arg;
+
+	if (ev->type == KVP_EVENT_CLEARED) {
+		if (nlib_events < MODEL_MAX_EVENTS)
+			lib_events[nlib_events++] = (struct lib_event){
+				.slot = slot, .type = ev->type};
+		return;
+	}
+	if (ev->type == KVP_EVENT_STORED &&
+	    (ev->block_tokens != event_bt ||
+	     ev->num_tokens != ev->nhashes * event_bt))
+		mismatch("STORED event: block_tokens %u, num_tokens %u for %u"
+			 " hashes of %u tokens",
+			 ev->block_tokens, ev->num_tokens, ev->nhashes,
+			 event_bt);
+	if (!ev->nhashes || !ev->hashes)
+		mismatch("event %d with no hashes", (int)ev->type);
+	for (uint32_t k = 0; k < ev->nhashes; k++) {
+		struct lib_event *e;
+
+		if (nlib_events == MODEL_MAX_EVENTS)
+			return;
+		e = &lib_events[nlib_events++];
+		memset(e, 0, sizeof(*e));
+		e->slot = slot;
+		e->type = ev->type;
+		e->hash = ev->hashes[k];
+		if (ev->type == KVP_EVENT_STORED) {
+			const struct kvp_hash *p =
+				k ? &ev->hashes[k - 1] : ev->parent;
+
+			e->has_parent = p != NULL;
+			if (p)
+				e->parent = *p;
+		}
+	}
+}
+
+/* The events of the last call, the library's against the model's. */
+static void check_events(struct world *w)
+{
+	struct model_pool *mp = w->mp;
+
+	if (nlib_events != mp->nevents)
+		mismatch("events: the library reported %u (hashes), the model"
+			 " expects %u",
+			 nlib_events, mp->nevents);
+	for (uint32_t k = 0; k < nlib_events; k++) {
+		const struct lib_event *l = &lib_events[k];
+		const struct model_event *m = &mp->events[k];
+
+		if (l->slot < 0 || l->slot >= NMGR ||
+		    w->mm[l->slot] != m->mgr || l->type != m->type ||
+		    memcmp(&l->hash, &m->hash, sizeof(l->hash)) ||
+		    l->has_parent != m->has_parent ||
+		    (l->has_parent &&
+		     memcmp(&l->parent, &m->parent, sizeof(l->parent))))
+			mismatch("event %u: library type %d from slot %d, hash"
+				 " %02x%02x, parent %s; model type %d, hash"
+				 " %02x%02x, parent %s",
+				 k, (int)l->type, l->slot, l->hash.b[0],
+				 l->hash.b[1], l->has_parent ? "yes" : "no",
+				 (int)m->type, m->hash.b[0], m->hash.b[1],
+				 m->has_parent ? "yes" : "no");
+	}
+	nlib_events = 0;
+	mp->nevents = 0;
+}
 
 typedef void (*op_fn)(struct world *, struct rd *);
 static const op_fn ops[] = {
-	op_create,   op_append,	   op_append,	   op_fork,	op_free,
-	op_truncate, op_trim,	   op_priority,	   op_query,	op_admit,
-	op_evict,    op_export,	   op_raw_alloc,   op_raw_free, op_raw_ref,
-	op_data,     op_checks,	   op_configs,	   op_mgr_reopen,
-	op_create,   op_fork,
-#ifdef KVP_FAULT_INJECTION
-	op_fault,
-#endif
+	op_create,	  op_append,	   op_append,	 op_fork,
+	op_free,	  op_truncate,	   op_trim,	 op_priority,
+	op_query,	  op_admit,	   op_evict,	 op_export,
+	op_raw_alloc,	  op_raw_free,	   op_raw_ref,	 op_data,
+	op_checks,	  op_configs,	   op_mgr_reopen, op_create,
+	op_fork,	  op_fault,	   op_create_cached, op_commit,
+	op_create_cached, op_commit,	   op_prefix_reset,
 };
 
 /* ------------------------------------------------------------ driver */
@@ -1370,6 +1600,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	c.device_id = -1;
 	w.nb = c.num_blocks;
 	w.bt = c.block_tokens;
+	event_bt = c.block_tokens;
+	nlib_events = 0;
 	w.pool_slot = pool_get(&c, &rc);
 	note("kvp_pool_create(%u blocks, %u tokens, cache %u, flags %#x,"
 	     " layout %s) = %d",
@@ -1389,7 +1621,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		mgr_open(&w, i, &r);
 	check_state(&w);
 
-	for (w.op = 0; r.n && w.op < MAX_OPS; w.op++) {
+	for (w.op = 0; r.n && w.op < MAX_OPS && !w.lost_track; w.op++) {
 		bool armed = w.fault_armed;
 
 		ops[u8(&r) % (sizeof(ops) / sizeof(ops[0]))](&w, &r);
@@ -1401,7 +1633,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 #else
 		(void)armed;
 #endif
-		check_state(&w);
+		if (!w.lost_track)
+			check_state(&w);
 	}
 
 #ifdef KVP_FAULT_INJECTION
@@ -1410,6 +1643,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	for (int i = 0; i < NMGR; i++)
 		if (w.m[i])
 			mgr_close(&w, i);
+	if (trace_all < 0)
+		trace_all = getenv("KVP_FUZZ_TRACE") != NULL;
+	if (trace_all)
+		for (int k = 0; k < ntrace; k++)
+			fprintf(stderr, "  %3d %s\n", k, trace[k]);
 	if (w.nraw && kvp_pool_free(w.pool, w.raw, w.nraw) != 0)
 		mismatch("freeing the raw references at the end failed");
 	{

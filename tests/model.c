@@ -116,6 +116,10 @@ struct model_pool *model_pool_new(const struct kvp_pool_config *cfg)
 	mp->flags = cfg->flags;
 	mp->refs = xcalloc(cfg->num_blocks, sizeof(*mp->refs));
 	mp->free = cfg->num_blocks;
+	mp->cached = xcalloc(cfg->num_blocks, sizeof(*mp->cached));
+	mp->owner = xcalloc(cfg->num_blocks, sizeof(*mp->owner));
+	mp->hash = xcalloc(cfg->num_blocks, sizeof(*mp->hash));
+	mp->freed_at = xcalloc(cfg->num_blocks, sizeof(*mp->freed_at));
 	if (cfg->layout) {
 		size_t rows;
 
@@ -141,6 +145,10 @@ void model_pool_delete(struct model_pool *mp)
 	if (!mp)
 		return;
 	free(mp->refs);
+	free(mp->cached);
+	free(mp->owner);
+	free(mp->hash);
+	free(mp->freed_at);
 	free(mp->data);
 	free(mp->known);
 	free(mp);
@@ -168,16 +176,64 @@ static void data_fresh(struct model_pool *mp, uint32_t b)
 	memset(mp->known + first, (mp->flags & KVP_POOL_ZERO) ? 1 : 0, rows);
 }
 
+static void emit(struct model_pool *mp, const struct model_mgr *mm,
+		 enum kvp_event_type type, const struct kvp_hash *h,
+		 const struct kvp_hash *parent)
+{
+	struct model_event *e;
+
+	if (mp->nevents == MODEL_MAX_EVENTS) {
+		model_fail(mp, "model: more than %d events in one call",
+			   MODEL_MAX_EVENTS);
+		return;
+	}
+	e = &mp->events[mp->nevents++];
+	memset(e, 0, sizeof(*e));
+	e->mgr = mm;
+	e->type = type;
+	if (h)
+		e->hash = *h;
+	if (parent) {
+		e->has_parent = true;
+		e->parent = *parent;
+	}
+}
+
+static void count_cached(struct model_mgr *mm, int delta);
+
+/* Forgets block b's hash (an eviction or a reset). */
+static void uncache(struct model_pool *mp, uint32_t b)
+{
+	mp->cached[b] = false;
+	count_cached((struct model_mgr *)mp->owner[b], -1);
+	mp->owner[b] = NULL;
+}
+
+uint64_t model_evictable(const struct model_pool *mp)
+{
+	uint64_t n = 0;
+
+	for (uint32_t b = 0; b < mp->num_blocks; b++)
+		n += mp->cached[b] && !mp->refs[b];
+	return n;
+}
+
 /*
- * Takes n blocks the library chose: each must be in range and free (and
- * so distinct, as taking one makes it held).  Returns false (recorded)
+ * Takes n blocks the library chose.  Each must be in range and free (and
+ * so distinct, as taking one makes it held); never-cached free blocks
+ * come first: if fewer than n are free, the others must be exactly the
+ * least recently freed evictable blocks, which lose their hashes
+ * (KVP_EVENT_REMOVED, in eviction order).  Returns false (recorded)
  * otherwise.
  */
 static bool take_chosen(struct model_pool *mp, uint32_t n,
 			const uint32_t *chosen, const char *what)
 {
-	uint32_t i;
+	uint32_t i, plain = 0, evict;
 
+	for (uint32_t b = 0; b < mp->num_blocks; b++)
+		plain += !mp->refs[b] && !mp->cached[b];
+	evict = n > plain ? n - plain : 0;
 	for (i = 0; i < n; i++) {
 		uint32_t b = chosen[i];
 
@@ -187,10 +243,58 @@ static bool take_chosen(struct model_pool *mp, uint32_t n,
 				   what, i, n, b);
 			return false;
 		}
+		for (uint32_t j = 0; j < i; j++)
+			if (chosen[j] == b) {
+				model_fail(mp, "%s: returned block %u twice",
+					   what, b);
+				return false;
+			}
 		if (mp->refs[b]) {
 			model_fail(mp, "%s: returned block %u, which has %u"
-				       " reference(s) (or is listed twice)",
+				       " reference(s)",
 				   what, b, mp->refs[b]);
+			return false;
+		}
+		if (mp->cached[b] && !evict) {
+			model_fail(mp, "%s: evicted cached block %u while %u"
+				       " never-cached block(s) were free",
+				   what, b, plain);
+			return false;
+		}
+	}
+	/* The evictions, least recently freed first. */
+	for (uint32_t k = 0; k < evict; k++) {
+		uint32_t lru = UINT32_MAX;
+		bool taken = false;
+
+		for (uint32_t b = 0; b < mp->num_blocks; b++)
+			if (mp->cached[b] && !mp->refs[b] &&
+			    (lru == UINT32_MAX ||
+			     mp->freed_at[b] < mp->freed_at[lru]))
+				lru = b;
+		for (i = 0; i < n; i++)
+			taken |= chosen[i] == lru;
+		if (lru == UINT32_MAX || !taken) {
+			model_fail(mp, "%s: evicted other blocks than the %u"
+				       " least recently freed (block %u was"
+				       " due)",
+				   what, evict, lru);
+			return false;
+		}
+		emit(mp, mp->owner[lru], KVP_EVENT_REMOVED, &mp->hash[lru],
+		     NULL);
+		((struct model_mgr *)mp->owner[lru])->st.prefix_evictions++;
+		uncache(mp, lru);
+		mp->cache_evictions++;
+		/* Taken below like a free block. */
+	}
+	for (i = 0; i < n; i++) {
+		uint32_t b = chosen[i];
+
+		if (mp->cached[b]) {
+			model_fail(mp, "%s: returned cached block %u, not one"
+				       " of the least recently freed",
+				   what, b);
 			return false;
 		}
 		mp->refs[b] = 1;
@@ -213,7 +317,10 @@ static void release(struct model_pool *mp, const uint32_t *ids, uint32_t n)
 		}
 		if (--mp->refs[b] == 0) {
 			mp->free++;
-			mp->frees++;
+			if (mp->cached[b])
+				mp->freed_at[b] = ++mp->release_tick;
+			else
+				mp->frees++; /* an evictable block is no free */
 		}
 	}
 }
@@ -295,6 +402,8 @@ void model_pool_stats(const struct model_pool *mp, struct kvp_pool_stats *st)
 	st->used = mp->num_blocks - mp->free;
 	st->allocs = mp->allocs;
 	st->frees = mp->frees;
+	st->evictable = model_evictable(mp);
+	st->cache_evictions = mp->cache_evictions;
 }
 
 /* References per block held by sequences of every manager. */
@@ -406,6 +515,13 @@ void model_mgr_delete(struct model_mgr *mm)
 	mp = mm->pool;
 	while (mm->nseqs)
 		seq_remove(mm, &mm->seqs[mm->nseqs - 1]);
+	/* Its cached blocks are forgotten; the evictable ones are free. */
+	for (uint32_t b = 0; b < mp->num_blocks; b++)
+		if (mp->cached[b] && mp->owner[b] == mm) {
+			uncache(mp, b);
+			if (!mp->refs[b])
+				mp->frees++;
+		}
 	for (int i = 0; i < MODEL_MAX_MGRS; i++)
 		if (mp->mgrs[i] == mm)
 			mp->mgrs[i] = NULL;
@@ -413,9 +529,17 @@ void model_mgr_delete(struct model_mgr *mm)
 	free(mm);
 }
 
+static void count_cached(struct model_mgr *mm, int delta)
+{
+	mm->st.prefix_cached_blocks += (uint64_t)(int64_t)delta;
+}
+
 void model_manager_stats(const struct model_mgr *mm, struct kvp_stats *st)
 {
 	*st = mm->st;
+	st->prefix_hit_rate = st->prefix_queries ? (double)st->prefix_hits /
+							   (double)st->prefix_queries
+						 : 0.0;
 	st->blocks_used = mm->pool->num_blocks - mm->pool->free;
 	st->blocks_total = mm->pool->num_blocks;
 	st->bytes_per_block = mm->pool->has_data ? mm->pool->block_bytes : 0;
@@ -538,8 +662,10 @@ int model_seq_append(struct model_mgr *mm, uint64_t id, uint32_t n,
 	nb = blocks_for(total, bt);
 	grow = nb - s->nblocks;
 	/* A partially filled last block shared with another holder. */
-	if (n && s->tokens % bt && mp->refs[s->blocks[s->nblocks - 1]] > 1)
-		cows = 1;
+	if (n && s->tokens % bt &&
+	    (mp->refs[s->blocks[s->nblocks - 1]] > 1 ||
+	     mp->cached[s->blocks[s->nblocks - 1]]))
+		cows = 1; /* a cached block is shared with future hits too */
 	if (cows && !cow_cap) {
 		*ncow_out = 1;
 		return -ENOSPC;
@@ -610,6 +736,8 @@ int model_seq_fork(struct model_mgr *mm, uint64_t src, uint64_t dst)
 	s = find(mm, src);
 	memcpy(d->blocks, s->blocks, (size_t)s->nblocks * sizeof(*d->blocks));
 	d->priority = s->priority;
+	d->committed = s->committed;
+	d->trimmed = s->trimmed;
 	touch(mm, d);
 	mm->st.forks++;
 	return 0;
@@ -646,6 +774,8 @@ int model_seq_truncate(struct model_mgr *mm, uint64_t id, uint32_t tokens)
 	mm->st.tokens -= s->tokens - tokens;
 	s->nblocks = nb;
 	s->tokens = tokens;
+	if (s->committed > tokens / mm->pool->block_tokens)
+		s->committed = tokens / mm->pool->block_tokens;
 	touch(mm, s);
 	return 0;
 }
@@ -673,6 +803,7 @@ int model_seq_stream_trim(struct model_mgr *mm, uint64_t id, uint32_t sink,
 		memmove(s->blocks + head, s->blocks + tail,
 			(size_t)(s->nblocks - tail) * sizeof(*s->blocks));
 		s->nblocks -= n;
+		s->trimmed = true; /* the table no longer follows the chain */
 		gone = n * bt;
 		s->tokens -= gone;
 		mm->st.blocks_released += n;
@@ -728,6 +859,136 @@ int model_seq_blocks(const struct model_mgr *mm, uint64_t id, bool null_ids,
 	if (s->nblocks > cap)
 		return -ENOSPC;
 	memcpy(ids, s->blocks, (size_t)s->nblocks * sizeof(*ids));
+	return 0;
+}
+
+/* ------------------------------------------------------------ prefix */
+
+/* The block m caches under h, or UINT32_MAX. */
+static uint32_t lookup(const struct model_mgr *mm, const struct kvp_hash *h)
+{
+	const struct model_pool *mp = mm->pool;
+
+	for (uint32_t b = 0; b < mp->num_blocks; b++)
+		if (mp->cached[b] && mp->owner[b] == mm &&
+		    !memcmp(&mp->hash[b], h, sizeof(*h)))
+			return b;
+	return UINT32_MAX;
+}
+
+int model_seq_create_cached(struct model_mgr *mm, uint64_t id,
+			    const struct kvp_hash *hashes, uint32_t nhashes,
+			    bool null_hashes, uint32_t tokens,
+			    const uint32_t *chosen, uint32_t *cached_out)
+{
+	struct model_pool *mp;
+	struct model_seq *s;
+	uint32_t bt, nb, limit, hits = 0, revived = 0, hit[MODEL_MAX_HITS];
+
+	if (!mm || (null_hashes && nhashes) || !(mm->flags & KVP_PREFIX_CACHE))
+		return -EINVAL;
+	mp = mm->pool;
+	bt = mp->block_tokens;
+	nb = blocks_for(tokens, bt);
+	if (nb > mp->num_blocks)
+		return -ENOSPC;
+	if (find(mm, id))
+		return -EEXIST;
+	/* The last token is always computed: at most (tokens - 1) / bt. */
+	limit = tokens ? (tokens - 1) / bt : 0;
+	if (limit > nhashes)
+		limit = nhashes;
+	for (; hits < limit && hits < MODEL_MAX_HITS; hits++) {
+		uint32_t b = lookup(mm, &hashes[hits]);
+
+		if (b == UINT32_MAX || mp->refs[b] == KVP_MAX_REFS)
+			break;
+		hit[hits] = b;
+		revived += !mp->refs[b];
+	}
+	/* A request never evicts its own hits. */
+	if (nb - hits > mp->free - revived)
+		return -ENOSPC;
+	if (!chosen)
+		return 0;
+	for (uint32_t i = 0; i < hits; i++) {
+		if (!mp->refs[hit[i]]++)
+			mp->free--;
+	}
+	if (!take_chosen(mp, nb - hits, chosen + hits,
+			 "kvp_seq_create_cached"))
+		return 0;
+	s = seq_add(mm, id, tokens, nb);
+	memcpy(s->blocks, hit, (size_t)hits * sizeof(*hit));
+	memcpy(s->blocks + hits, chosen + hits,
+	       (size_t)(nb - hits) * sizeof(*chosen));
+	s->committed = hits;
+	touch(mm, s);
+	mm->st.seq_creates++;
+	mm->st.blocks_allocated += nb - hits;
+	mm->st.prefix_queries += tokens;
+	mm->st.prefix_hits += (uint64_t)hits * bt;
+	*cached_out = hits * bt;
+	return 0;
+}
+
+int model_seq_commit(struct model_mgr *mm, uint64_t id,
+		     const struct kvp_hash *hashes, uint32_t nhashes,
+		     bool null_hashes)
+{
+	struct model_pool *mp;
+	struct model_seq *s;
+	uint32_t upto, i;
+	int added = 0;
+
+	if (!mm || (null_hashes && nhashes) || !(mm->flags & KVP_PREFIX_CACHE))
+		return -EINVAL;
+	mp = mm->pool;
+	s = find(mm, id);
+	if (!s)
+		return -ENOENT;
+	if (s->trimmed)
+		return -EINVAL;
+	upto = s->tokens / mp->block_tokens; /* full blocks */
+	if (upto > nhashes)
+		upto = nhashes;
+	for (i = s->committed; i < upto; i++) {
+		uint32_t b = s->blocks[i];
+
+		/* Already cached (a hit, a fork's commit), or the hash
+		 * names another block: this one stays as it is. */
+		if (mp->cached[b] || lookup(mm, &hashes[i]) != UINT32_MAX)
+			continue;
+		mp->cached[b] = true;
+		mp->owner[b] = mm;
+		mp->hash[b] = hashes[i];
+		count_cached(mm, 1);
+		added++;
+		emit(mp, mm, KVP_EVENT_STORED, &hashes[i],
+		     i ? &hashes[i - 1] : NULL);
+	}
+	if (s->committed < upto)
+		s->committed = upto;
+	mm->st.prefix_commits += (uint64_t)added;
+	return added;
+}
+
+int model_prefix_reset(struct model_mgr *mm)
+{
+	struct model_pool *mp;
+
+	if (!mm || !(mm->flags & KVP_PREFIX_CACHE))
+		return -EINVAL;
+	mp = mm->pool;
+	for (uint32_t b = 0; b < mp->num_blocks; b++)
+		if (mp->cached[b] && mp->owner[b] == mm && mp->refs[b])
+			return -EBUSY;
+	for (uint32_t b = 0; b < mp->num_blocks; b++)
+		if (mp->cached[b] && mp->owner[b] == mm) {
+			uncache(mp, b);
+			mp->frees++; /* back to the free lists */
+		}
+	emit(mp, mm, KVP_EVENT_CLEARED, NULL, NULL);
 	return 0;
 }
 
@@ -960,7 +1221,7 @@ int model_seq_write(struct model_mgr *mm, uint64_t id, uint32_t pos,
 	err = locate(mm, id, pos, &b);
 	if (err)
 		return err;
-	if (mp->refs[b] > 1)
+	if (mp->refs[b] > 1 || mp->cached[b])
 		return -EBUSY;
 	for (int kv = 0; kv < 2; kv++) {
 		size_t r = row_index(mp, b, layer, kv, pos % mp->block_tokens);

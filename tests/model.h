@@ -41,6 +41,20 @@
 
 struct model_mgr;
 
+/* An event as the model expects it, one per hash (STORED and REMOVED
+ * events of the library are split into their hashes; how the library
+ * batches them is its own choice). */
+struct model_event {
+	const struct model_mgr *mgr;
+	enum kvp_event_type type;
+	struct kvp_hash hash;	/* STORED, REMOVED */
+	bool has_parent;	/* STORED: not at the root */
+	struct kvp_hash parent; /* STORED: the block before's hash */
+};
+
+#define MODEL_MAX_EVENTS 256
+#define MODEL_MAX_HITS 4096 /* hit blocks of one cached create */
+
 struct model_pool {
 	uint32_t num_blocks, block_tokens;
 	uint32_t flags; /* KVP_POOL_* */
@@ -54,6 +68,17 @@ struct model_pool {
 	uint32_t num_layers;
 	size_t row_bytes, block_bytes;
 	uint8_t *data, *known;
+	/* Prefix caching: cached[b] with owner[b]'s map holding hash[b];
+	 * a cached block with no reference is evictable, and the one with
+	 * the smallest freed_at (least recently freed) goes first. */
+	bool *cached;
+	const struct model_mgr **owner;
+	struct kvp_hash *hash;
+	uint64_t *freed_at;
+	uint64_t release_tick;
+	uint64_t cache_evictions;
+	struct model_event events[MODEL_MAX_EVENTS];
+	uint32_t nevents; /* since the caller last cleared them */
 	/* The process-wide access clock, as far as these managers see it. */
 	uint64_t clock;
 	struct model_mgr *mgrs[MODEL_MAX_MGRS];
@@ -66,6 +91,8 @@ struct model_seq {
 	uint32_t *blocks;
 	uint64_t last_access, access_count;
 	int32_t priority;
+	uint32_t committed; /* blocks [0, committed) were offered to commit */
+	bool trimmed;	    /* stream-trimmed: commit refuses it */
 };
 
 struct model_mgr {
@@ -130,6 +157,20 @@ int model_seq_info(const struct model_mgr *mm, uint64_t id, bool null_info,
 		   struct kvp_seq_info *info);
 int model_seq_blocks(const struct model_mgr *mm, uint64_t id, bool null_ids,
 		     uint32_t cap, bool null_n, uint32_t *ids, uint32_t *n);
+
+/* --- prefix cache --- */
+
+/* *cached_out: tokens served from the cache, on success. */
+int model_seq_create_cached(struct model_mgr *mm, uint64_t id,
+			    const struct kvp_hash *hashes, uint32_t nhashes,
+			    bool null_hashes, uint32_t tokens,
+			    const uint32_t *chosen, uint32_t *cached_out);
+int model_seq_commit(struct model_mgr *mm, uint64_t id,
+		     const struct kvp_hash *hashes, uint32_t nhashes,
+		     bool null_hashes);
+int model_prefix_reset(struct model_mgr *mm);
+/* Evictable blocks (cached, no reference). */
+uint64_t model_evictable(const struct model_pool *mp);
 
 /* --- admission, eviction --- */
 
