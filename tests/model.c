@@ -317,10 +317,9 @@ static void release(struct model_pool *mp, const uint32_t *ids, uint32_t n)
 		}
 		if (--mp->refs[b] == 0) {
 			mp->free++;
+			mp->frees++; /* allocs - frees = used, evictable or not */
 			if (mp->cached[b])
 				mp->freed_at[b] = ++mp->release_tick;
-			else
-				mp->frees++; /* an evictable block is no free */
 		}
 	}
 }
@@ -517,11 +516,8 @@ void model_mgr_delete(struct model_mgr *mm)
 		seq_remove(mm, &mm->seqs[mm->nseqs - 1]);
 	/* Its cached blocks are forgotten; the evictable ones are free. */
 	for (uint32_t b = 0; b < mp->num_blocks; b++)
-		if (mp->cached[b] && mp->owner[b] == mm) {
+		if (mp->cached[b] && mp->owner[b] == mm)
 			uncache(mp, b);
-			if (!mp->refs[b])
-				mp->frees++;
-		}
 	for (int i = 0; i < MODEL_MAX_MGRS; i++)
 		if (mp->mgrs[i] == mm)
 			mp->mgrs[i] = NULL;
@@ -911,9 +907,12 @@ int model_seq_create_cached(struct model_mgr *mm, uint64_t id,
 		return -ENOSPC;
 	if (!chosen)
 		return 0;
+	/* A revived block is allocated again (allocs - frees = used). */
 	for (uint32_t i = 0; i < hits; i++) {
-		if (!mp->refs[hit[i]]++)
+		if (!mp->refs[hit[i]]++) {
 			mp->free--;
+			mp->allocs++;
+		}
 	}
 	if (!take_chosen(mp, nb - hits, chosen + hits,
 			 "kvp_seq_create_cached"))
@@ -984,10 +983,8 @@ int model_prefix_reset(struct model_mgr *mm)
 		if (mp->cached[b] && mp->owner[b] == mm && mp->refs[b])
 			return -EBUSY;
 	for (uint32_t b = 0; b < mp->num_blocks; b++)
-		if (mp->cached[b] && mp->owner[b] == mm) {
-			uncache(mp, b);
-			mp->frees++; /* back to the free lists */
-		}
+		if (mp->cached[b] && mp->owner[b] == mm)
+			uncache(mp, b); /* free already: now never-cached */
 	emit(mp, mm, KVP_EVENT_CLEARED, NULL, NULL);
 	return 0;
 }
