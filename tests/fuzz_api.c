@@ -1316,16 +1316,30 @@ static void op_configs(struct world *w, struct rd *r)
 			l.head_dim = dims[u8(r) % 6];
 			l.dtype = (enum kvp_dtype)dtypes[u8(r) % 8];
 			c.layout = &l;
-			arena = (size_t)l.num_layers * l.num_kv_heads *
-				l.head_dim * 8 * 2 * c.block_tokens *
-				c.num_blocks;
+			/* An upper bound (8-byte elements), saturating. */
+			arena = 16;
+			if (__builtin_mul_overflow(arena, (size_t)l.num_layers,
+						   &arena) ||
+			    __builtin_mul_overflow(arena,
+						   (size_t)l.num_kv_heads,
+						   &arena) ||
+			    __builtin_mul_overflow(arena, (size_t)l.head_dim,
+						   &arena) ||
+			    __builtin_mul_overflow(arena,
+						   (size_t)c.block_tokens,
+						   &arena) ||
+			    __builtin_mul_overflow(arena, (size_t)c.num_blocks,
+						   &arena))
+				arena = SIZE_MAX;
 		}
 		rc = kvp_pool_create(null_cfg ? NULL : &c, null_out ? NULL : &p);
 		note("kvp_pool_create(%s, %u blocks, %u tokens, cache %u, flags"
-		     " %#x, layout %s, %s) = %d",
+		     " %#x, layout %u x %u x %u of dtype %d, %s) = %d",
 		     null_cfg ? "NULL" : "cfg", c.num_blocks, c.block_tokens,
-		     c.cache_blocks, c.flags, c.layout ? "yes" : "no",
-		     null_out ? "NULL" : "out", rc);
+		     c.cache_blocks, c.flags, c.layout ? l.num_layers : 0,
+		     c.layout ? l.num_kv_heads : 0, c.layout ? l.head_dim : 0,
+		     c.layout ? (int)l.dtype : -1, null_out ? "NULL" : "out",
+		     rc);
 		if (failed_by_fault(w, rc, true, "kvp_pool_create"))
 			return;
 		mrc = model_pool_config_rc(null_cfg ? NULL : &c, null_out);
