@@ -6,7 +6,8 @@
  * (lib/alloc.h, tests/fault.h), so it runs under any build, ASan and
  * valgrind included (check_errors.c interposes malloc instead, which
  * sanitizers preclude).  For N = 1, 2, ... each scenario runs from scratch
- * in a fresh thread (so that per-thread state is allocated again) with
+ * in a fresh thread (so that per-thread state is allocated again, the
+ * test's own observations being made from helper threads) with
  * the Nth allocation of that thread failing, until a run reaches its end
  * without reaching the Nth allocation.  Every library call of a scenario
  * goes through TRY(): if the injected failure happened during the call,
@@ -172,11 +173,39 @@ static bool same(struct walk *w, const struct snap *a, const struct snap *b,
 #undef DIFF
 }
 
+struct take_job {
+	const struct walk *w;
+	struct snap *s;
+};
+
+static void *take_thread(void *arg)
+{
+	struct take_job *j = arg;
+
+	take(j->w, j->s);
+	return NULL;
+}
+
+/*
+ * take() from a helper thread: the scenario's thread then allocates its
+ * own per-thread state (the sequence lookup cache) in its own calls,
+ * where the walk can fail it.
+ */
+static void take_aside(const struct walk *w, struct snap *s)
+{
+	struct take_job j = {w, s};
+	pthread_t t;
+
+	if (pthread_create(&t, NULL, take_thread, &j) != 0 ||
+	    pthread_join(t, NULL) != 0)
+		abort();
+}
+
 static void walk_before(struct walk *w)
 {
 	fault_suspend();
 	w->fired_before = fault_fired();
-	take(w, &w->before);
+	take_aside(w, &w->before);
 	fault_resume();
 }
 
@@ -208,7 +237,7 @@ static bool walk_after(struct walk *w, int rc, const char *call, int line)
 		fault_disarm();
 		return false;
 	}
-	take(w, &now);
+	take_aside(w, &now);
 	if (!w->partial && !same(w, &w->before, &now, true)) {
 		char why[sizeof(w->err)];
 
