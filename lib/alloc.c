@@ -15,8 +15,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define KVP_ALLOC_DEFINING /* the functions themselves, not the macros */
 #include "alloc.h"
 #include "compiler.h"
+
+#ifdef KVP_FAULT_INJECTION
+/* Test builds: live bytes by the sizes given, so a test can see leaks and
+ * frees whose size differs from the allocation's (tests/fault.c). */
+void kvp_fault_track(long long delta);
+#define track(delta) kvp_fault_track(delta)
+#else
+#define track(delta) ((void)(delta))
+#endif
 
 #ifdef KVP_LINK_JEMALLOC
 #include <jemalloc/jemalloc.h>
@@ -75,30 +85,38 @@ static inline bool use_jemalloc(void)
 
 void *kvp_malloc(size_t size)
 {
+	size_t asked = size;
+	void *p;
+
 	if (size == 0)
 		size = 1;
-	if (use_jemalloc())
-		return je.mallocx(size, je.flags);
-	return malloc(size);
+	p = use_jemalloc() ? je.mallocx(size, je.flags) : malloc(size);
+	if (p)
+		track((long long)asked);
+	return p;
 }
 
 void *kvp_calloc(size_t nmemb, size_t size)
 {
 	size_t bytes;
+	void *p;
 
 	if (__builtin_mul_overflow(nmemb, size, &bytes))
 		return NULL;
 	if (bytes == 0)
 		bytes = 1;
-	if (use_jemalloc())
-		return je.mallocx(bytes, je.flags | KVP_MALLOCX_ZERO);
-	return calloc(1, bytes);
+	p = use_jemalloc() ? je.mallocx(bytes, je.flags | KVP_MALLOCX_ZERO)
+			   : calloc(1, bytes);
+	if (p)
+		track((long long)(nmemb * size));
+	return p;
 }
 
 void kvp_free(void *ptr, size_t size)
 {
 	if (!ptr)
 		return;
+	track(-(long long)size);
 	if (size == 0)
 		size = 1;
 	if (use_jemalloc())
@@ -115,14 +133,17 @@ static int mallocx_align(size_t align)
 
 void *kvp_malloc_aligned(size_t align, size_t size)
 {
+	size_t asked = size;
 	void *p;
 
 	if (size == 0)
 		size = 1;
 	if (use_jemalloc())
-		return je.mallocx(size, je.flags | mallocx_align(align));
-	if (posix_memalign(&p, align, size) != 0)
-		return NULL;
+		p = je.mallocx(size, je.flags | mallocx_align(align));
+	else if (posix_memalign(&p, align, size) != 0)
+		p = NULL;
+	if (p)
+		track((long long)asked);
 	return p;
 }
 
@@ -130,6 +151,7 @@ void kvp_free_aligned(void *ptr, size_t align, size_t size)
 {
 	if (!ptr)
 		return;
+	track(-(long long)size);
 	if (size == 0)
 		size = 1;
 	/* sdallocx needs the allocation's flags: the alignment changes the

@@ -23,4 +23,45 @@ void kvp_free_aligned(void *ptr, size_t align, size_t size);
 /* "jemalloc" or "libc": which allocator the process settled on. */
 const char *kvp_allocator_name(void);
 
+/*
+ * Fault injection, for test programs only (tests/check_faults and
+ * tests/fuzz_api compile the library's sources themselves with
+ * -DKVP_FAULT_INJECTION; libkvpool is never built with it).  Every host
+ * allocation of the library, and the two made for it elsewhere (the
+ * arena's mmap, liburcu's hash table), first asks kvp_fault_point(),
+ * which names the calling function and the size; the test decides
+ * whether it fails (tests/fault.h).  In other builds kvp_fault_point() is
+ * the constant false and the macros below do not exist.
+ */
+#ifdef KVP_FAULT_INJECTION
+#include <stdbool.h>
+bool kvp_fault_hit(const char *site, size_t size);
+#define kvp_fault_point(size) kvp_fault_hit(__func__, (size))
+#ifndef KVP_ALLOC_DEFINING
+static inline void *kvp_malloc_at(size_t size, const char *site)
+{
+	return kvp_fault_hit(site, size) ? NULL : kvp_malloc(size);
+}
+static inline void *kvp_calloc_at(size_t nmemb, size_t size, const char *site)
+{
+	size_t bytes = 0;
+
+	(void)__builtin_mul_overflow(nmemb, size, &bytes);
+	return kvp_fault_hit(site, bytes) ? NULL : kvp_calloc(nmemb, size);
+}
+static inline void *kvp_malloc_aligned_at(size_t align, size_t size,
+					  const char *site)
+{
+	return kvp_fault_hit(site, size) ? NULL
+					 : kvp_malloc_aligned(align, size);
+}
+#define kvp_malloc(size) kvp_malloc_at((size), __func__)
+#define kvp_calloc(nmemb, size) kvp_calloc_at((nmemb), (size), __func__)
+#define kvp_malloc_aligned(align, size)                                      \
+	kvp_malloc_aligned_at((align), (size), __func__)
+#endif
+#else
+#define kvp_fault_point(size) false
+#endif
+
 #endif /* KVP_ALLOC_H */

@@ -180,6 +180,8 @@ static int pool_map_arena(struct kvp_pool *pool)
 			return -EINVAL;
 		bytes &= ~(KVP_HUGE_PAGE - 1);
 	}
+	if (kvp_fault_point(bytes))
+		return -ENOMEM;
 	p = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
 		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	if (p == MAP_FAILED)

@@ -582,6 +582,11 @@ int prefix_map_init(struct kvp_manager *m)
 {
 	if (pthread_mutex_init(&m->event_lock, NULL) != 0)
 		return -ENOMEM;
+	if (kvp_fault_point(sizeof(struct cds_lfht *))) {
+		/* Test builds: as if liburcu had no memory. */
+		pthread_mutex_destroy(&m->event_lock);
+		return -ENOMEM;
+	}
 	m->prefix_map = cds_lfht_new_flavor(
 		prefix_map_buckets(m->pool->num_blocks), 64, 0,
 		CDS_LFHT_AUTO_RESIZE | CDS_LFHT_ACCOUNTING, &urcu_memb_flavor,

@@ -10,6 +10,7 @@
  */
 #include <errno.h>
 
+#include "alloc.h"
 #include "manager.h"
 #include "rcu.h"
 #include "seqmap.h"
@@ -49,6 +50,8 @@ static struct kvp_seq *iter_seq(struct seqmap_iter *iter)
 
 int seqmap_init(struct seqmap *map)
 {
+	if (kvp_fault_point(sizeof(struct cds_lfht *)))
+		return -ENOMEM; /* test builds: as if liburcu had no memory */
 	map->ht = cds_lfht_new_flavor(64, 64, 0,
 				      CDS_LFHT_AUTO_RESIZE | CDS_LFHT_ACCOUNTING,
 				      &urcu_memb_flavor, NULL);

@@ -489,6 +489,33 @@ START_TEST(test_pool_free_repeat_many_shared)
 }
 END_TEST
 
+/*
+ * An id out of range and an id listed more often than its references:
+ * -ERANGE when the repeated id is shared (its multiplicity is checked
+ * after the whole list), although it comes first in the list; -EALREADY
+ * when the first pass already finds it free.  No count changes.
+ */
+START_TEST(test_pool_free_error_order)
+{
+	struct kvp_pool *p = mkpool(8, 0, KVP_POOL_NOCACHE, NULL);
+	uint32_t id, list[4];
+
+	ck_assert_int_eq(kvp_pool_alloc(p, 1, &id), 0);
+	ck_assert_int_eq(kvp_block_ref(p, id), 0); /* 2 references */
+	list[0] = list[1] = list[2] = id;
+	list[3] = 8;
+	ck_assert_int_eq(kvp_pool_free(p, list, 4), -ERANGE);
+	ck_assert_int_eq(kvp_block_refcount(p, id), 2);
+	ck_assert_int_eq(kvp_pool_free(p, &id, 1), 0); /* 1 reference */
+	ck_assert_int_eq(kvp_pool_free(p, list, 4), -EALREADY);
+	ck_assert_int_eq(kvp_block_refcount(p, id), 1);
+	ck_assert_int_eq(kvp_pool_free(p, &id, 1), 0);
+	ck_assert_uint_eq(pstats(p).free, 8);
+	ck_assert_int_eq(kvp_pool_check(p), 0);
+	kvp_pool_unref(p);
+}
+END_TEST
+
 /* ------------------------------------------------------------ manager */
 
 #if KVP_FAULTS
@@ -937,6 +964,7 @@ static Suite *errors_suite(void)
 
 	tc = tcase_create("pool");
 	tcase_add_loop_test(tc, test_pool_free_repeat_many_shared, 0, 2);
+	tcase_add_test(tc, test_pool_free_error_order);
 #if KVP_FAULTS
 	tcase_add_test(tc, test_pool_create_enomem);
 	tcase_add_loop_test(tc, test_pool_free_needs_no_memory, 0, 2);

@@ -1,11 +1,14 @@
 #!/bin/sh
-# Installs kvpool's build and test dependencies from Debian 12 packages.
+# Installs kvpool's build and test dependencies from Debian 12 packages
+# (clang, libclang-rt-14-dev and valgrind are for `make fuzz` and
+# `make check-valgrind` only: a build without them works).
 # Runs apt-get through sudo unless already root.  Idempotent.
 set -e
 SUDO=
 [ "$(id -u)" -eq 0 ] || SUDO=sudo
 PKGS="build-essential autoconf automake libtool pkg-config autoconf-archive \
-check liburcu-dev libjemalloc-dev libxxhash-dev nettle-dev python3"
+check liburcu-dev libjemalloc-dev libxxhash-dev nettle-dev python3 \
+clang libclang-rt-14-dev valgrind"
 # Only ask apt when something is missing: keeps repeated runs fast.
 missing=
 for p in $PKGS; do
