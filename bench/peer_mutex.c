@@ -132,8 +132,7 @@ int mp_check(struct mp_pool *mp)
 
 		if (id >= mp->n || seen[id] || mp->refcnt[id] != 0) {
 			fprintf(stderr,
-				"mutex freelist: bad free-list entry %u\n",
-				id);
+				"mutex freelist: bad free-list entry %u\n", id);
 			rc = -EFAULT;
 		} else {
 			seen[id] = 1;
@@ -343,8 +342,8 @@ static uint32_t pmap_find(const struct mm_mgr *m, const struct kvp_hash *h)
 
 /* Inserts block b, whose hash is in pool->bhash[b], into a map of
  * capacity mask + 1 (known not to hold it).  Lock held. */
-static void pmap_place(const struct mm_pool *p, uint32_t *slots,
-		       uint64_t mask, uint32_t b)
+static void pmap_place(const struct mm_pool *p, uint32_t *slots, uint64_t mask,
+		       uint32_t b)
 {
 	uint64_t i = block_hash_key(&p->bhash[b]) & mask;
 
@@ -561,8 +560,7 @@ int mm_mgr_init(struct mm_mgr *m, struct mm_pool *p, enum kvp_policy policy,
 {
 	memset(m, 0, sizeof(*m));
 	if (!p || (unsigned)policy > KVP_EVICT_PRIORITY ||
-	    (flags & ~KVP_PREFIX_CACHE) || !(watermark >= 0) ||
-	    watermark >= 1)
+	    (flags & ~KVP_PREFIX_CACHE) || !(watermark >= 0) || watermark >= 1)
 		return -EINVAL;
 	m->pool = p;
 	m->policy = policy;
@@ -997,10 +995,10 @@ void mm_stats(struct mm_mgr *m, struct kvp_stats *st)
 	st->bytes_per_block = 0;
 	st->prefix_cached_blocks = m->pcount;
 	pthread_mutex_unlock(&p->lock);
-	st->prefix_hit_rate = st->prefix_queries
-				      ? (double)st->prefix_hits /
-						(double)st->prefix_queries
-				      : 0;
+	st->prefix_hit_rate =
+		st->prefix_queries
+			? (double)st->prefix_hits / (double)st->prefix_queries
+			: 0;
 }
 
 /* ---------------------------------------------------------------- check */

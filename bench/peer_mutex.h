@@ -82,12 +82,12 @@ struct mm_slot {
 /* Block state shared by the managers of one pool, and their one lock. */
 struct mm_pool {
 	_Alignas(64) pthread_mutex_t lock;
-	uint32_t top;	     /* never-cached free ids in stack[0..top) */
-	uint32_t lru_count;  /* evictable cached blocks (refcount 0) */
-	uint32_t lru_head;   /* least recently freed; MM_NONE = empty */
-	uint32_t lru_tail;   /* most recently freed */
-	uint64_t used;	     /* referenced blocks */
-	uint64_t clock;	     /* logical access clock, all managers */
+	uint32_t top;	    /* never-cached free ids in stack[0..top) */
+	uint32_t lru_count; /* evictable cached blocks (refcount 0) */
+	uint32_t lru_head;  /* least recently freed; MM_NONE = empty */
+	uint32_t lru_tail;  /* most recently freed */
+	uint64_t used;	    /* referenced blocks */
+	uint64_t clock;	    /* logical access clock, all managers */
 	uint32_t nblocks;
 	uint32_t block_tokens;
 	uint64_t peak_used;
@@ -95,8 +95,8 @@ struct mm_pool {
 	uint32_t *stack;	  /* never-cached free ids */
 	uint32_t *refcnt;	  /* per block, 0 = free or evictable */
 	uint32_t *lru_prev, *lru_next; /* evictable cached blocks */
-	struct mm_mgr **owner;	  /* manager caching the block, or NULL */
-	struct kvp_hash *bhash;	  /* hash of a cached block */
+	struct mm_mgr **owner;	       /* manager caching the block, or NULL */
+	struct kvp_hash *bhash;	       /* hash of a cached block */
 };
 
 #define MM_NONE UINT32_MAX
@@ -110,9 +110,9 @@ struct mm_mgr {
 	uint64_t mask;	 /* sequence map capacity - 1 (a power of two) */
 	uint64_t count;	 /* sequences in the map */
 	struct mm_slot *slots;
-	uint64_t pmask;	 /* prefix map capacity - 1 */
-	uint64_t pcount; /* cached blocks */
-	uint32_t *pslots; /* block id + 1 of a cached block, 0 = empty */
+	uint64_t pmask;	     /* prefix map capacity - 1 */
+	uint64_t pcount;     /* cached blocks */
+	uint32_t *pslots;    /* block id + 1 of a cached block, 0 = empty */
 	struct kvp_stats st; /* counters (sequences, tokens are live) */
 };
 
