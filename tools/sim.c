@@ -427,6 +427,27 @@ static void start(struct thr *t, uint32_t req)
 		t->running[t->nrun++] = e;
 }
 
+/* Blocks request r can hold at once: its prompt, each sample's private
+ * decode blocks and one copy-on-write block per sample. */
+static uint64_t footprint(const struct wl_req *r, uint32_t bt)
+{
+	uint64_t in = nblocks(r->input_len, bt);
+	uint64_t all = ((uint64_t)r->input_len + r->output_len + bt - 1) / bt;
+
+	return in + (uint64_t)r->n * (all - in + 1);
+}
+
+/* kvp_admit for request req's prompt; KVP_ADMIT_NEVER also for a request
+ * that could not finish alone in the whole pool. */
+static int admission(struct run *r, unsigned m, uint32_t req)
+{
+	const struct wl_req *wr = &r->w->req[req];
+
+	if (footprint(wr, r->w->block_tokens) > r->blocks)
+		return KVP_ADMIT_NEVER;
+	return p_admit(r, m, wr->input_len);
+}
+
 /* The request at the head of q (retry FIFO first), or false. */
 static bool queue_head(const struct queue *q, uint32_t *req, bool *retry)
 {
@@ -471,7 +492,7 @@ static void admit_ordered(struct thr *t, unsigned m)
 
 		if (!queue_head(q, &req, &retry))
 			break;
-		a = p_admit(r, m, r->w->req[req].input_len);
+		a = admission(r, m, req);
 		if (a == KVP_ADMIT_NEVER) {
 			queue_pop(q, retry);
 			t->rejected++;
@@ -504,7 +525,7 @@ static void admit_unordered(struct thr *t, unsigned m)
 			pthread_mutex_unlock(&q->lock);
 			return;
 		}
-		a = p_admit(r, m, r->w->req[req].input_len);
+		a = admission(r, m, req);
 		if (a == KVP_ADMIT_LATER) {
 			pthread_mutex_unlock(&q->lock);
 			return;
@@ -963,16 +984,6 @@ static void replay(const struct sim_opts *o, const struct workload *w,
 }
 
 /* ------------------------------------------------------------- capacity */
-
-/* Blocks request r can hold at once: its prompt, each sample's private
- * decode blocks and one copy-on-write block per sample. */
-static uint64_t footprint(const struct wl_req *r, uint32_t bt)
-{
-	uint64_t in = nblocks(r->input_len, bt);
-	uint64_t all = ((uint64_t)r->input_len + r->output_len + bt - 1) / bt;
-
-	return in + (uint64_t)r->n * (all - in + 1);
-}
 
 static int cmp_u64_desc(const void *a, const void *b)
 {
