@@ -22,6 +22,7 @@
 /* The operations are out of line, like a library's. */
 #define MM_API __attribute__((noinline))
 
+/* ceil(a / b). */
 static inline uint32_t ceil_div(uint64_t a, uint32_t b)
 {
 	return (uint32_t)((a + b - 1) / b);
@@ -169,6 +170,7 @@ static inline uint64_t mm_hash(uint64_t x)
 	return x;
 }
 
+/* The prefix map's key of a block hash (its first 8 bytes, mixed). */
 static inline uint64_t block_hash_key(const struct kvp_hash *h)
 {
 	uint64_t k;
@@ -420,6 +422,7 @@ static inline uint64_t mm_probe(const struct mm_mgr *m, uint64_t key,
 	}
 }
 
+/* The sequence with id key, or NULL.  Lock held. */
 static inline struct mm_seq *mm_lookup(const struct mm_mgr *m, uint64_t key)
 {
 	bool found;
@@ -488,6 +491,8 @@ static inline void mm_erase(struct mm_mgr *m, uint64_t i)
 	m->count--;
 }
 
+/* A sequence with room for cap blocks (at least MM_MIN_CAP), or NULL;
+ * malloc()ed outside the lock. */
 static struct mm_seq *mm_seq_new(uint32_t cap)
 {
 	struct mm_seq *s = malloc(sizeof(*s));
@@ -506,6 +511,7 @@ static struct mm_seq *mm_seq_new(uint32_t cap)
 	return s;
 }
 
+/* Frees a sequence's memory (outside the lock). */
 static void mm_seq_delete(struct mm_seq *s)
 {
 	free(s->blocks);
@@ -545,6 +551,7 @@ static struct mm_seq *mm_remove(struct mm_mgr *m, uint64_t i)
 	return s;
 }
 
+/* The smallest power of two >= max(n, 1024). */
 static uint64_t pow2_at_least(uint64_t n)
 {
 	uint64_t c = 1024;
@@ -1003,6 +1010,7 @@ void mm_stats(struct mm_mgr *m, struct kvp_stats *st)
 
 /* ---------------------------------------------------------------- check */
 
+/* Reports a broken invariant on stderr; returns -EFAULT. */
 static int check_fail(const char *what, uint64_t a, uint64_t b)
 {
 	fprintf(stderr, "mutex manager check: %s (%llu, %llu)\n", what,

@@ -107,6 +107,7 @@ static const char *const peer_name[NUM_PEERS] = {
 #define HAVE_JEMALLOC 0
 #endif
 
+/* Whether w measures the block pool (else a manager). */
 static bool is_pool_wl(enum wl w)
 {
 	return w == WL_PAIR || w == WL_BATCH16;
@@ -171,6 +172,8 @@ typedef union {
 	void *p[MAX_BATCH];
 } slot_t;
 
+/* Allocates n blocks (objects) from the run's peer into s; dies on
+ * failure. */
 static void pool_alloc(struct run *r, slot_t *s, uint32_t n)
 {
 	int rc = 0;
@@ -207,6 +210,7 @@ static void pool_alloc(struct run *r, slot_t *s, uint32_t n)
 			  n, kvp_strerror(rc));
 }
 
+/* Frees the n blocks (objects) in s; dies on failure. */
 static void pool_free(struct run *r, slot_t *s, uint32_t n)
 {
 	int rc = 0;
@@ -237,6 +241,8 @@ static void pool_free(struct run *r, slot_t *s, uint32_t n)
 			  kvp_strerror(rc));
 }
 
+/* pair / batch16 in one thread: a ring of RING live allocations, warm-up,
+ * then the timed loop; frees everything at the end. */
 static void *pool_worker(void *arg)
 {
 	struct thr *t = arg;
@@ -321,6 +327,7 @@ static int m_free(struct run *r, uint64_t id)
 				  kvp_strerror(rc_));                          \
 	} while (0)
 
+/* Thread tid's sequence j (ids never collide between threads). */
 static uint64_t seq_id(unsigned tid, uint64_t j)
 {
 	return ((uint64_t)(tid + 1) << 40) | j;
@@ -402,6 +409,8 @@ static void seq_op(struct run *r, struct thr *t, uint64_t i, uint32_t S,
 	}
 }
 
+/* A manager workload in one thread: its sequences, warm-up, the timed
+ * loop, and every sequence freed at the end. */
 static void *seq_worker(void *arg)
 {
 	struct thr *t = arg;
@@ -511,6 +520,8 @@ static void setup(struct run *r)
 	}
 }
 
+/* Checks the peer's structures at quiescence (nothing leaked, invariants
+ * sound) and frees them; dies if a check fails. */
 static void check_and_teardown(struct run *r)
 {
 	int rc = 0;
@@ -630,6 +641,8 @@ static void usage(FILE *f)
 		HAVE_JEMALLOC ? "mallocx/sdallocx" : "not in this build");
 }
 
+/* kvpool bench's own options (bench_parse_args_into's callback): false
+ * for an unknown one; a bad --workloads list exits 2. */
 static bool parse_opt(void *ctx, const char *name, const char *val)
 {
 	struct opts *o = ctx;

@@ -24,6 +24,7 @@ struct cur {
 	int rc; /* 0, -1 invalid, -2 out of memory */
 };
 
+/* Records the first error (with the cursor's column) and returns c->rc. */
 __attribute__((format(printf, 2, 3))) static int fail(struct cur *c,
 						      const char *fmt, ...)
 {
@@ -43,6 +44,7 @@ __attribute__((format(printf, 2, 3))) static int fail(struct cur *c,
 	return -1;
 }
 
+/* Skips JSON whitespace. */
 static void skip_ws(struct cur *c)
 {
 	while (c->p < c->end && (*c->p == ' ' || *c->p == '\t' ||
@@ -59,11 +61,14 @@ bool jsonl_blank(const char *line, size_t len)
 	return true;
 }
 
+/* Whether the next byte is ch (nothing consumed). */
 static bool peek(struct cur *c, char ch)
 {
 	return c->p < c->end && *c->p == ch;
 }
 
+/* Consumes optional whitespace and ch; -1 (error recorded) if ch is not
+ * next. */
 static int expect(struct cur *c, char ch)
 {
 	skip_ws(c);
@@ -79,6 +84,7 @@ static int expect(struct cur *c, char ch)
 	return 0;
 }
 
+/* The value of a hex digit, or -1. */
 static int hexval(char ch)
 {
 	if (ch >= '0' && ch <= '9')
@@ -180,6 +186,7 @@ struct num {
 	uint64_t u;  /* magnitude, when u64_ok */
 };
 
+/* Reads a JSON number into *v; -1 (error recorded) if there is none. */
 static int read_number(struct cur *c, struct num *v)
 {
 	const char *start;
@@ -238,8 +245,10 @@ static int read_number(struct cur *c, struct num *v)
 	return 0;
 }
 
+/* Validates and skips any JSON value; 0 or -1 (error recorded). */
 static int skip_value(struct cur *c, int depth);
 
+/* Consumes the literal lit (true, false, null) or records an error. */
 static int skip_literal(struct cur *c, const char *lit)
 {
 	size_t n = strlen(lit);
@@ -250,6 +259,7 @@ static int skip_literal(struct cur *c, const char *lit)
 	return 0;
 }
 
+/* Validates and skips an object or array starting at c->p. */
 static int skip_container(struct cur *c, int depth, bool object)
 {
 	char close = object ? '}' : ']';
@@ -325,6 +335,7 @@ static int read_int(struct cur *c, const char *name, int64_t lo, int64_t hi,
 	return 0;
 }
 
+/* Reads the hash_ids array into r; 0, -1 (invalid) or -2 (memory). */
 static int read_hash_ids(struct cur *c, struct trace_rec *r)
 {
 	skip_ws(c);
@@ -392,6 +403,7 @@ static const char *const field_name[NUM_FIELDS] = {
 	"n",	     "priority",     "hash_block_tokens",
 };
 
+/* Reads field f's value into r, checking its type and range. */
 static int read_field(struct cur *c, enum field f, struct trace_rec *r)
 {
 	int64_t v;

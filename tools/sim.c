@@ -204,11 +204,15 @@ struct run {
 	_Alignas(BENCH_CACHE_LINE) _Atomic uint64_t t0, t1;
 };
 
+/* The id of sample s of request req in its attempt-th admission: unique
+ * while the request lives (attempts wrap at 2^16, long after the earlier
+ * sequences are gone). */
 static inline uint64_t seq_id(uint32_t req, uint32_t attempt, uint32_t s)
 {
 	return ((uint64_t)(attempt & 0xffff) << 48) | ((uint64_t)req << 16) | s;
 }
 
+/* Blocks holding `tokens` tokens. */
 static inline uint32_t nblocks(uint32_t tokens, uint32_t bt)
 {
 	return (tokens + bt - 1) / bt;
@@ -274,6 +278,7 @@ static inline int p_set_priority(struct run *r, unsigned m, uint64_t id,
 		       : mm_set_priority(&r->mmgr[m], id, prio);
 }
 
+/* Blocks in use in the pool now (evictable cached blocks count as free). */
 static uint64_t p_used(struct run *r)
 {
 	struct kvp_pool_stats st;
@@ -390,6 +395,7 @@ static int prefill(struct thr *t, uint32_t req)
 	return 0;
 }
 
+/* Frees a finished request's samples and counts it completed. */
 static void complete(struct thr *t, const struct running *e)
 {
 	free_samples(t, e->req, e->attempt, t->run->w->req[e->req].n,
@@ -461,6 +467,8 @@ static bool queue_head(const struct queue *q, uint32_t *req, bool *retry)
 	return true;
 }
 
+/* Removes the head queue_head returned (from the retry FIFO if retry).
+ * q->lock held. */
 static void queue_pop(struct queue *q, bool retry)
 {
 	if (retry) {
@@ -546,6 +554,8 @@ static void admit_unordered(struct thr *t, unsigned m)
 	}
 }
 
+/* Admits requests of every model (starting at a model that depends on the
+ * thread) while the thread has room. */
 static void admit(struct thr *t)
 {
 	struct run *r = t->run;
@@ -635,6 +645,7 @@ static void step(struct thr *t)
 	}
 }
 
+/* Adds one sample of the pool's utilisation to the thread's sums. */
 static void sample_util(struct thr *t)
 {
 	struct run *r = t->run;
@@ -646,6 +657,7 @@ static void sample_util(struct thr *t)
 		t->util_peak = u;
 }
 
+/* *a = min(*a, v) (relaxed: a clock reading, read after the join). */
 static void atomic_min_u64(_Atomic uint64_t *a, uint64_t v)
 {
 	uint64_t cur = atomic_load_explicit(a, memory_order_relaxed);
@@ -656,6 +668,7 @@ static void atomic_min_u64(_Atomic uint64_t *a, uint64_t v)
 		;
 }
 
+/* *a = max(*a, v) (relaxed: as atomic_min_u64). */
 static void atomic_max_u64(_Atomic uint64_t *a, uint64_t v)
 {
 	uint64_t cur = atomic_load_explicit(a, memory_order_relaxed);
@@ -666,6 +679,9 @@ static void atomic_max_u64(_Atomic uint64_t *a, uint64_t v)
 		;
 }
 
+/* A scheduler thread: admit and step until every request is done; the
+ * replay's clock runs from the first thread's start to the last one's
+ * end. */
 static void *scheduler(void *arg)
 {
 	struct thr *t = arg;
@@ -724,6 +740,8 @@ static int make_kvpool(struct run *r)
 	return 0;
 }
 
+/* Creates the mutex peer's pool and managers, their maps sized for the
+ * workload.  Returns 0 or a negative errno (message on stderr). */
 static int make_mutex(struct run *r)
 {
 	uint64_t seqs =
@@ -796,6 +814,7 @@ static void verify(struct run *r)
 	}
 }
 
+/* Frees everything replay() and make_*() allocated (quiescent). */
 static void destroy(struct run *r)
 {
 	for (unsigned m = 0; m < r->w->models; m++) {
@@ -825,6 +844,7 @@ static void destroy(struct run *r)
 	free(r->thr);
 }
 
+/* Fills each model's queue with its requests in arrival order. */
 static void make_queues(struct run *r)
 {
 	const struct workload *w = r->w;
@@ -985,6 +1005,7 @@ static void replay(const struct sim_opts *o, const struct workload *w,
 
 /* ------------------------------------------------------------- capacity */
 
+/* qsort: descending uint64_t. */
 static int cmp_u64_desc(const void *a, const void *b)
 {
 	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
@@ -1028,6 +1049,7 @@ static double mega(uint64_t x)
 	return (double)x * 1e-6;
 }
 
+/* The text report's header: workload and configuration. */
 static void print_workload(const struct sim_opts *o, const struct workload *w,
 			   uint32_t blocks, bool unlimited)
 {
@@ -1049,6 +1071,7 @@ static void print_workload(const struct sim_opts *o, const struct workload *w,
 			    : "in trace order per model");
 }
 
+/* The text report of one replay. */
 static void print_result(const struct workload *w, const struct sim_result *x)
 {
 	printf("replay (%s): %.3f s, %.0f requests/s, %.2f M block "
@@ -1114,6 +1137,7 @@ static bool same_work(const struct sim_result *a, const struct sim_result *b,
 	return same;
 }
 
+/* One replay as a JSON object (no newline). */
 static void json_result(const struct sim_result *x)
 {
 	printf("{\"seconds\": %.6f, \"requests_per_s\": %.3f, "
@@ -1166,6 +1190,7 @@ static void json_string(const char *s)
 	putchar('"');
 }
 
+/* The whole --json report, one line; mx is NULL without --compare. */
 static void json_report(const struct sim_opts *o, const struct workload *w,
 			bool unlimited, const struct sim_result *k,
 			const struct sim_result *mx)
@@ -1247,6 +1272,8 @@ static unsigned default_capacities(const struct workload *w, uint64_t unlimited,
 	return n;
 }
 
+/* --sweep-capacity: every policy at every capacity, CSV on stdout and
+ * the optional plot.  Returns the exit status. */
 static int sweep(const struct sim_opts *o, const struct workload *w,
 		 uint64_t unlimited)
 {
@@ -1384,6 +1411,7 @@ usage_error(const char *fmt, ...)
 	exit(2);
 }
 
+/* A number in (0, 1) for option opt; exits 2 otherwise. */
 static float parse_fraction(const char *opt, const char *s)
 {
 	char *end;
@@ -1400,6 +1428,7 @@ static float parse_fraction(const char *opt, const char *s)
 static const char *const flag_opts[] = {"--json", "--sweep-capacity",
 					"--unordered"};
 
+/* Fills *o from argv; exits 0 after --help, 2 on a usage error. */
 static void parse_args(struct sim_opts *o, int argc, char **argv)
 {
 	memset(o, 0, sizeof(*o));
@@ -1541,6 +1570,7 @@ static const struct sim_result *median_of(struct sim_result *v, unsigned n)
 	return &v[n / 2];
 }
 
+/* `kvpool sim`: see tools.h. */
 int sim_main(int argc, char **argv)
 {
 	struct sim_opts o;

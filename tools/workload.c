@@ -26,6 +26,7 @@ struct builder {
 	uint64_t next_id; /* fresh hash ids (synthetic workload) */
 };
 
+/* Room for `more` ids; 0 or -ENOMEM. */
 static int reserve_ids(struct builder *b, uint64_t more)
 {
 	uint64_t cap = b->idcap ? b->idcap : 4096;
@@ -59,6 +60,7 @@ static struct wl_req *new_req(struct builder *b)
 	return &b->req[b->nreq++];
 }
 
+/* Frees what the builder holds. */
 static void builder_free(struct builder *b)
 {
 	free(b->req);
@@ -66,6 +68,7 @@ static void builder_free(struct builder *b)
 	memset(b, 0, sizeof(*b));
 }
 
+/* ceil(a / b). */
 static uint32_t ceil_div(uint64_t a, uint32_t b)
 {
 	return (uint32_t)((a + b - 1) / b);
@@ -145,6 +148,7 @@ struct rng {
 	uint64_t s;
 };
 
+/* The next 64 random bits. */
 static uint64_t rng_next(struct rng *r)
 {
 	/* splitmix64 */
@@ -155,11 +159,13 @@ static uint64_t rng_next(struct rng *r)
 	return z ^ (z >> 31);
 }
 
+/* Uniform in [0, 1). */
 static double rng_unit(struct rng *r)
 {
 	return (double)(rng_next(r) >> 11) * 0x1p-53;
 }
 
+/* Uniform in [lo, hi]. */
 static uint32_t rng_range(struct rng *r, uint32_t lo, uint32_t hi)
 {
 	return lo + (uint32_t)(rng_next(r) % ((uint64_t)hi - lo + 1));
@@ -318,6 +324,7 @@ static int syn_oneshot(struct synth *s, double horizon)
 		       : -ENOMEM;
 }
 
+/* Frees the generator's state (not the workload it built). */
 static void synth_free(struct synth *s)
 {
 	for (int i = 0; i < SYN_SYSTEMS; i++) {
@@ -491,6 +498,8 @@ struct hash_job {
 	int rc;
 };
 
+/* Hashes the full blocks of requests [first, last) (a thread's share);
+ * sets j->rc on failure. */
 static void *hash_range(void *arg)
 {
 	struct hash_job *j = arg;
