@@ -37,7 +37,7 @@
 
 #define WL_XXH3_SEED 0x6b76706f6f6c2121ull
 #define WL_MAX_SAMPLES 256 /* largest n */
-#define WL_DEFAULT_REQUESTS 3000u
+#define WL_DEFAULT_REQUESTS 10000u
 #define WL_SYNTH_UNIT 16u /* the synthetic workload's hash block size */
 
 struct wl_req {
