@@ -259,11 +259,7 @@ static void parse_seconds(struct bench_opts *o, const char *val)
 	}
 }
 
-void bench_parse_args(struct bench_opts *o, int argc, char **argv,
-		      void (*usage)(FILE *f),
-		      bool (*opt)(void *ctx, const char *name,
-				  const char *val),
-		      void *ctx)
+void bench_opts_defaults(struct bench_opts *o)
 {
 	memset(o, 0, sizeof(*o));
 	o->threads[0] = 1;
@@ -272,7 +268,24 @@ void bench_parse_args(struct bench_opts *o, int argc, char **argv,
 	o->nthreads_list = 3;
 	o->seconds = BENCH_DEFAULT_SECONDS;
 	o->reps = BENCH_DEFAULT_REPS;
+}
 
+void bench_parse_args(struct bench_opts *o, int argc, char **argv,
+		      void (*usage)(FILE *f),
+		      bool (*opt)(void *ctx, const char *name,
+				  const char *val),
+		      void *ctx)
+{
+	bench_opts_defaults(o);
+	bench_parse_args_into(o, argc, argv, usage, opt, ctx);
+}
+
+void bench_parse_args_into(struct bench_opts *o, int argc, char **argv,
+			   void (*usage)(FILE *f),
+			   bool (*opt)(void *ctx, const char *name,
+				       const char *val),
+			   void *ctx)
+{
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *val = NULL;
 		const char *eq;
@@ -536,6 +549,8 @@ FILE *bench_csv_open(const char *path)
 
 	if (!path)
 		return NULL;
+	if (!strcmp(path, "-"))
+		return stdout;
 	f = fopen(path, "w");
 	if (!f) {
 		fprintf(stderr, "%s: %s: %s\n", bench_prog, path,
@@ -549,6 +564,14 @@ void bench_csv_close(FILE *f, const char *path)
 {
 	if (!f)
 		return;
+	if (f == stdout) {
+		if (fflush(f) != 0) {
+			fprintf(stderr, "%s: stdout: %s\n", bench_prog,
+				strerror(errno));
+			exit(2);
+		}
+		return;
+	}
 	if (fclose(f) != 0) {
 		fprintf(stderr, "%s: %s: %s\n", bench_prog, path,
 			strerror(errno));

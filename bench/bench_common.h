@@ -68,6 +68,17 @@ void bench_parse_args(struct bench_opts *o, int argc, char **argv,
 				  const char *val),
 		      void *ctx);
 
+/* The defaults bench_parse_args starts from (threads 1,2,8). */
+void bench_opts_defaults(struct bench_opts *o);
+
+/* bench_parse_args without setting the defaults first: a program sets
+ * its own defaults in *o, then parses. */
+void bench_parse_args_into(struct bench_opts *o, int argc, char **argv,
+			   void (*usage)(FILE *f),
+			   bool (*opt)(void *ctx, const char *name,
+				       const char *val),
+			   void *ctx);
+
 /* Index of thread count n in o->threads, or -1. */
 int bench_find_threads(const struct bench_opts *o, unsigned n);
 
@@ -157,10 +168,12 @@ void bench_report_busy(const char *when);
 
 /* ------------------------------------------------------------------- CSV */
 
-/* Opens path for writing, NULL if path is NULL; exits 2 on failure. */
+/* Opens path for writing ("-" is stdout), NULL if path is NULL; exits 2
+ * on failure. */
 FILE *bench_csv_open(const char *path);
 
-/* Closes f (if any) and says so; exits 2 on failure. */
+/* Closes f (if any; stdout is only flushed) and says so on stdout, or on
+ * stderr when the CSV went to stdout; exits 2 on failure. */
 void bench_csv_close(FILE *f, const char *path);
 
 #endif /* KVP_BENCH_COMMON_H */

@@ -88,6 +88,7 @@
 #include <kvpool.h>
 
 #include "bench_common.h"
+#include "peer_mutex.h"
 
 #ifdef KVP_BENCH_JEMALLOC
 #include <jemalloc/jemalloc.h>
@@ -138,15 +139,6 @@ const char bench_prog[] = "bench_pool";
 
 /* ------------------------------------------------------ run-wide context */
 
-/* The mutex-wrapped shared allocator. */
-struct mutex_pool {
-	pthread_mutex_t lock;
-	uint32_t n;	  /* blocks */
-	uint32_t top;	  /* free ids in stack[0..top) */
-	uint32_t *stack;  /* free ids */
-	uint32_t *refcnt; /* per-block reference count, 0 = free */
-};
-
 struct run;
 
 /* Per-thread slot, one cache line or more, written by its thread only. */
@@ -164,7 +156,7 @@ struct run {
 	uint32_t batch;
 	unsigned nthreads;
 	struct kvp_pool *pool;
-	struct mutex_pool *mp;
+	struct mp_pool *mp; /* bench/peer_mutex.h */
 	struct thr *thr;
 	struct bench_sync sync;
 };
@@ -207,7 +199,7 @@ static inline void kvp_tls_fini(struct kvp_tls *L, struct thr *t)
 /* --------------------------------------------------- peer: mutex freelist */
 
 struct mtx_tls {
-	struct mutex_pool *mp;
+	struct mp_pool *mp;
 };
 
 static inline void mtx_tls_init(struct mtx_tls *L, struct thr *t)
@@ -218,42 +210,21 @@ static inline void mtx_tls_init(struct mtx_tls *L, struct thr *t)
 static inline void mtx_tls_alloc(struct mtx_tls *L, uint32_t *ids,
 				 uint32_t n)
 {
-	struct mutex_pool *mp = L->mp;
+	int rc = mp_alloc(L->mp, n, ids);
 
-	pthread_mutex_lock(&mp->lock);
-	if (mp->top < n) {
-		pthread_mutex_unlock(&mp->lock);
-		bench_die("mutex freelist: alloc(%u) failed: pool exhausted",
-			  n);
-	}
-	for (uint32_t i = 0; i < n; i++) {
-		uint32_t id = mp->stack[--mp->top];
-
-		if (mp->refcnt[id] != 0)
-			bench_die(
-				"mutex freelist: free list holds used block %u",
-				id);
-		mp->refcnt[id] = 1;
-		ids[i] = id;
-	}
-	pthread_mutex_unlock(&mp->lock);
+	if (rc != 0)
+		bench_die("mutex freelist: alloc(%u) failed: %s", n,
+			  kvp_strerror(rc));
 }
 
 static inline void mtx_tls_free(struct mtx_tls *L, const uint32_t *ids,
 				uint32_t n)
 {
-	struct mutex_pool *mp = L->mp;
+	int rc = mp_free(L->mp, ids, n);
 
-	pthread_mutex_lock(&mp->lock);
-	for (uint32_t i = 0; i < n; i++) {
-		uint32_t id = ids[i];
-
-		if (id >= mp->n || mp->refcnt[id] == 0)
-			bench_die("mutex freelist: bad free of block %u", id);
-		if (--mp->refcnt[id] == 0)
-			mp->stack[mp->top++] = id;
-	}
-	pthread_mutex_unlock(&mp->lock);
+	if (rc != 0)
+		bench_die("mutex freelist: free(%u) failed: %s", n,
+			  kvp_strerror(rc));
 }
 
 static inline void mtx_tls_fini(struct mtx_tls *L, struct thr *t)
@@ -517,16 +488,16 @@ static double measure(enum peer p, enum workload w, unsigned nthreads,
 	case P_NOCACHE:
 		r->pool = make_pool(o, p == P_NOCACHE);
 		break;
-	case P_MUTEX:
-		r->mp = bench_xcalloc(1, sizeof(*r->mp));
-		pthread_mutex_init(&r->mp->lock, NULL);
-		r->mp->n = o->blocks;
-		r->mp->stack = bench_xcalloc(o->blocks, sizeof(uint32_t));
-		r->mp->refcnt = bench_xcalloc(o->blocks, sizeof(uint32_t));
-		for (uint32_t i = 0; i < o->blocks; i++)
-			r->mp->stack[i] = o->blocks - 1 - i; /* pops 0, 1, ... */
-		r->mp->top = o->blocks;
+	case P_MUTEX: {
+		int rc;
+
+		r->mp = bench_aligned_zalloc(sizeof(*r->mp));
+		rc = mp_init(r->mp, o->blocks);
+		if (rc != 0)
+			bench_die("mutex freelist: init failed: %s",
+				  kvp_strerror(rc));
 		break;
+	}
 	case P_BARE: {
 		uint32_t share = o->blocks / nthreads;
 
@@ -568,17 +539,9 @@ static double measure(enum peer p, enum workload w, unsigned nthreads,
 		kvp_pool_unref(r->pool);
 		break;
 	case P_MUTEX:
-		if (r->mp->top != r->mp->n)
-			bench_die("mutex freelist: %u of %u blocks free after "
-				  "the run",
-				  r->mp->top, r->mp->n);
-		for (uint32_t i = 0; i < r->mp->n; i++)
-			if (r->mp->refcnt[i] != 0)
-				bench_die("mutex freelist: block %u still used",
-					  i);
-		pthread_mutex_destroy(&r->mp->lock);
-		free(r->mp->stack);
-		free(r->mp->refcnt);
+		if (mp_check(r->mp) != 0)
+			bench_die("mutex freelist: blocks lost after the run");
+		mp_destroy(r->mp);
 		free(r->mp);
 		break;
 	case P_BARE:

@@ -106,6 +106,7 @@
 #include <kvpool.h>
 
 #include "bench_common.h"
+#include "peer_mutex.h"
 
 /* ------------------------------------------------------------ parameters */
 
@@ -147,411 +148,12 @@ static inline uint32_t ceil_div(uint64_t a, uint32_t b)
 
 /* ------------------------------------------- peer: mutex + plain hash map */
 
-/* Initial block-table capacity of a sequence (grows by doubling). */
-#define MM_MIN_CAP 16u
-
-struct mm_seq {
-	uint64_t id;
-	uint32_t num_tokens;
-	uint32_t nblocks; /* blocks[0..nblocks) */
-	uint32_t cap;	  /* capacity of blocks[] */
-	uint64_t last_access;
-	uint64_t access_count;
-	uint32_t *blocks;
-};
-
-struct mm_slot {
-	uint64_t key;
-	struct mm_seq *seq; /* NULL = empty slot */
-};
-
-/* Everything below `lock` is protected by it; the hot counters share its
- * cache line, so a critical section moves as few lines as possible. */
+/* bench/peer_mutex.{c,h}: one global mutex around a plain hash map of
+ * sequences and the free list (no prefix cache here). */
 struct mutex_mgr {
-	_Alignas(BENCH_CACHE_LINE) pthread_mutex_t lock;
-	uint64_t mask;	/* map capacity - 1 (a power of two) */
-	uint64_t count; /* sequences in the map */
-	uint64_t clock; /* logical access clock */
-	uint32_t top;	/* free block ids in stack[0..top) */
-	uint32_t nblocks;
-	uint32_t block_tokens;
-	struct mm_slot *slots;
-	uint32_t *stack;  /* free block ids */
-	uint32_t *refcnt; /* per block, 0 = free */
+	struct mm_pool pool;
+	struct mm_mgr mgr;
 };
-
-static inline uint64_t mm_hash(uint64_t x)
-{
-	/* murmur3's 64-bit finaliser: a full-avalanche mix of the id. */
-	x ^= x >> 33;
-	x *= 0xff51afd7ed558ccdull;
-	x ^= x >> 33;
-	x *= 0xc4ceb9fe1a85ec53ull;
-	x ^= x >> 33;
-	return x;
-}
-
-/* The slot holding key, or the empty slot where it would go (*found
- * tells which).  Lock held. */
-static inline uint64_t mm_probe(const struct mutex_mgr *m, uint64_t key,
-				bool *found)
-{
-	uint64_t i = mm_hash(key) & m->mask;
-
-	for (;;) {
-		const struct mm_slot *s = &m->slots[i];
-
-		if (!s->seq) {
-			*found = false;
-			return i;
-		}
-		if (s->key == key) {
-			*found = true;
-			return i;
-		}
-		i = (i + 1) & m->mask;
-	}
-}
-
-static inline struct mm_seq *mm_lookup(const struct mutex_mgr *m,
-				       uint64_t key)
-{
-	bool found;
-	uint64_t i = mm_probe(m, key, &found);
-
-	return found ? m->slots[i].seq : NULL;
-}
-
-/* Doubles the map.  Lock held.  Never happens during a measurement (the
- * map is sized up front) but keeps the peer a complete implementation. */
-static int mm_grow(struct mutex_mgr *m)
-{
-	uint64_t ncap = (m->mask + 1) * 2, nmask = ncap - 1;
-	struct mm_slot *ns = calloc(ncap, sizeof(*ns));
-
-	if (!ns)
-		return -ENOMEM;
-	for (uint64_t i = 0; i <= m->mask; i++) {
-		uint64_t j;
-
-		if (!m->slots[i].seq)
-			continue;
-		j = mm_hash(m->slots[i].key) & nmask;
-		while (ns[j].seq)
-			j = (j + 1) & nmask;
-		ns[j] = m->slots[i];
-	}
-	free(m->slots);
-	m->slots = ns;
-	m->mask = nmask;
-	return 0;
-}
-
-/* Removes slot i by backward-shift deletion.  Lock held. */
-static inline void mm_erase(struct mutex_mgr *m, uint64_t i)
-{
-	uint64_t j = i;
-
-	for (;;) {
-		uint64_t k;
-
-		j = (j + 1) & m->mask;
-		if (!m->slots[j].seq)
-			break;
-		k = mm_hash(m->slots[j].key) & m->mask; /* home of slot j */
-		/* Slot j may move to i unless its home lies cyclically in
-		 * (i, j]. */
-		if (i <= j ? (k <= i || k > j) : (k <= i && k > j)) {
-			m->slots[i] = m->slots[j];
-			i = j;
-		}
-	}
-	m->slots[i].seq = NULL;
-	m->count--;
-}
-
-static inline uint32_t mm_pop_block(struct mutex_mgr *m)
-{
-	uint32_t id = m->stack[--m->top];
-
-	m->refcnt[id] = 1;
-	return id;
-}
-
-static inline void mm_put_block(struct mutex_mgr *m, uint32_t id)
-{
-	if (--m->refcnt[id] == 0)
-		m->stack[m->top++] = id;
-}
-
-static struct mm_seq *mm_seq_new(uint32_t cap)
-{
-	struct mm_seq *s = malloc(sizeof(*s));
-
-	if (!s)
-		return NULL;
-	s->blocks = malloc((size_t)cap * sizeof(uint32_t));
-	if (!s->blocks) {
-		free(s);
-		return NULL;
-	}
-	s->cap = cap;
-	return s;
-}
-
-static void mm_seq_delete(struct mm_seq *s)
-{
-	free(s->blocks);
-	free(s);
-}
-
-/* Grows s->blocks to hold at least need entries.  Lock held. */
-static int mm_reserve(struct mm_seq *s, uint32_t need)
-{
-	uint32_t cap = s->cap;
-	uint32_t *b;
-
-	if (need <= cap)
-		return 0;
-	while (cap < need)
-		cap = cap > UINT32_MAX / 2 ? need : cap * 2;
-	b = realloc(s->blocks, (size_t)cap * sizeof(uint32_t));
-	if (!b)
-		return -ENOMEM;
-	s->blocks = b;
-	s->cap = cap;
-	return 0;
-}
-
-static int mm_init(struct mutex_mgr *m, uint32_t nblocks,
-		   uint32_t block_tokens, uint64_t expected_seqs)
-{
-	uint64_t cap = 1024;
-	int rc;
-
-	memset(m, 0, sizeof(*m));
-	rc = pthread_mutex_init(&m->lock, NULL);
-	if (rc != 0)
-		return -rc;
-	while (cap < 4 * expected_seqs) /* load factor <= 1/4 */
-		cap *= 2;
-	m->slots = calloc(cap, sizeof(*m->slots));
-	m->stack = calloc(nblocks, sizeof(uint32_t));
-	m->refcnt = calloc(nblocks, sizeof(uint32_t));
-	if (!m->slots || !m->stack || !m->refcnt)
-		return -ENOMEM;
-	m->mask = cap - 1;
-	m->nblocks = nblocks;
-	m->block_tokens = block_tokens;
-	for (uint32_t i = 0; i < nblocks; i++)
-		m->stack[i] = nblocks - 1 - i; /* pops 0, 1, ... */
-	m->top = nblocks;
-	return 0;
-}
-
-static void mm_destroy(struct mutex_mgr *m)
-{
-	for (uint64_t i = 0; i <= m->mask; i++)
-		if (m->slots[i].seq)
-			mm_seq_delete(m->slots[i].seq);
-	pthread_mutex_destroy(&m->lock);
-	free(m->slots);
-	free(m->stack);
-	free(m->refcnt);
-}
-
-/* The operations: out of line, like a library's; same contract and error
- * codes as their kvp_seq_* counterparts. */
-#define MM_API __attribute__((noinline))
-
-MM_API static int mm_create(struct mutex_mgr *m, uint64_t id,
-			    uint32_t num_tokens)
-{
-	uint32_t nb = ceil_div(num_tokens, m->block_tokens);
-	struct mm_seq *s = mm_seq_new(nb > MM_MIN_CAP ? nb : MM_MIN_CAP);
-	uint64_t slot;
-	bool found;
-	int rc;
-
-	if (!s)
-		return -ENOMEM;
-	s->id = id;
-	s->num_tokens = num_tokens;
-	s->nblocks = nb;
-	pthread_mutex_lock(&m->lock);
-	slot = mm_probe(m, id, &found);
-	if (found) {
-		rc = -EEXIST;
-		goto fail;
-	}
-	if (m->top < nb) {
-		rc = -ENOSPC;
-		goto fail;
-	}
-	if ((m->count + 1) * 2 > m->mask + 1) {
-		rc = mm_grow(m);
-		if (rc != 0)
-			goto fail;
-		slot = mm_probe(m, id, &found);
-	}
-	for (uint32_t i = 0; i < nb; i++)
-		s->blocks[i] = mm_pop_block(m);
-	s->last_access = ++m->clock;
-	s->access_count = 1;
-	m->slots[slot].key = id;
-	m->slots[slot].seq = s;
-	m->count++;
-	pthread_mutex_unlock(&m->lock);
-	return 0;
-fail:
-	pthread_mutex_unlock(&m->lock);
-	mm_seq_delete(s);
-	return rc;
-}
-
-MM_API static int mm_append(struct mutex_mgr *m, uint64_t id,
-			    uint32_t num_tokens, struct kvp_copy *cow,
-			    uint32_t cow_cap, uint32_t *ncow)
-{
-	struct mm_seq *s;
-	uint64_t total;
-	uint32_t want, grow, part;
-	bool copy;
-	int rc = 0;
-
-	if (ncow)
-		*ncow = 0;
-	if (!cow && cow_cap > 0)
-		return -EINVAL;
-	pthread_mutex_lock(&m->lock);
-	s = mm_lookup(m, id);
-	if (!s) {
-		rc = -ENOENT;
-		goto out;
-	}
-	total = (uint64_t)s->num_tokens + num_tokens;
-	if (total > UINT32_MAX) {
-		rc = -EINVAL;
-		goto out;
-	}
-	want = ceil_div(total, m->block_tokens);
-	grow = want - s->nblocks;
-	part = s->num_tokens % m->block_tokens;
-	copy = num_tokens > 0 && part != 0 &&
-	       m->refcnt[s->blocks[s->nblocks - 1]] > 1;
-	if (copy && cow_cap == 0) {
-		if (ncow)
-			*ncow = 1;
-		rc = -ENOSPC;
-		goto out;
-	}
-	if (m->top < grow + (copy ? 1u : 0u)) {
-		rc = -ENOSPC;
-		goto out;
-	}
-	rc = mm_reserve(s, want);
-	if (rc != 0)
-		goto out;
-	if (copy) {
-		uint32_t old = s->blocks[s->nblocks - 1];
-		uint32_t fresh = mm_pop_block(m);
-
-		m->refcnt[old]--; /* > 1 before: stays referenced */
-		s->blocks[s->nblocks - 1] = fresh;
-		cow[0].src = old;
-		cow[0].dst = fresh;
-		cow[0].tokens = part;
-		if (ncow)
-			*ncow = 1;
-	}
-	for (uint32_t i = 0; i < grow; i++)
-		s->blocks[s->nblocks + i] = mm_pop_block(m);
-	s->nblocks = want;
-	s->num_tokens = (uint32_t)total;
-	s->last_access = ++m->clock;
-	s->access_count++;
-out:
-	pthread_mutex_unlock(&m->lock);
-	return rc;
-}
-
-MM_API static int mm_fork(struct mutex_mgr *m, uint64_t src, uint64_t dst)
-{
-	struct mm_seq *d = mm_seq_new(MM_MIN_CAP), *s;
-	uint64_t slot;
-	bool found;
-	int rc;
-
-	if (!d)
-		return -ENOMEM;
-	pthread_mutex_lock(&m->lock);
-	s = mm_lookup(m, src);
-	if (!s) {
-		rc = -ENOENT;
-		goto fail;
-	}
-	slot = mm_probe(m, dst, &found);
-	if (found) {
-		rc = -EEXIST;
-		goto fail;
-	}
-	for (uint32_t i = 0; i < s->nblocks; i++)
-		if (m->refcnt[s->blocks[i]] >= KVP_MAX_REFS) {
-			rc = -EOVERFLOW;
-			goto fail;
-		}
-	rc = mm_reserve(d, s->nblocks);
-	if (rc != 0)
-		goto fail;
-	if ((m->count + 1) * 2 > m->mask + 1) {
-		rc = mm_grow(m);
-		if (rc != 0)
-			goto fail;
-		slot = mm_probe(m, dst, &found);
-	}
-	for (uint32_t i = 0; i < s->nblocks; i++) {
-		uint32_t b = s->blocks[i];
-
-		m->refcnt[b]++;
-		d->blocks[i] = b;
-	}
-	d->id = dst;
-	d->nblocks = s->nblocks;
-	d->num_tokens = s->num_tokens;
-	d->last_access = s->last_access = ++m->clock;
-	d->access_count = 0;
-	s->access_count++;
-	m->slots[slot].key = dst;
-	m->slots[slot].seq = d;
-	m->count++;
-	pthread_mutex_unlock(&m->lock);
-	return 0;
-fail:
-	pthread_mutex_unlock(&m->lock);
-	mm_seq_delete(d);
-	return rc;
-}
-
-MM_API static int mm_free(struct mutex_mgr *m, uint64_t id)
-{
-	struct mm_seq *s;
-	uint64_t slot;
-	bool found;
-
-	pthread_mutex_lock(&m->lock);
-	slot = mm_probe(m, id, &found);
-	if (!found) {
-		pthread_mutex_unlock(&m->lock);
-		return -ENOENT;
-	}
-	s = m->slots[slot].seq;
-	mm_erase(m, slot);
-	for (uint32_t i = s->nblocks; i-- > 0;)
-		mm_put_block(m, s->blocks[i]);
-	pthread_mutex_unlock(&m->lock);
-	mm_seq_delete(s);
-	return 0;
-}
 
 /* ------------------------------------------------------ run-wide context */
 
@@ -596,7 +198,7 @@ ALWAYS_INLINE void op_create(struct thr *t, bool kv, uint64_t id,
 {
 	struct run *r = t->run;
 	int rc = kv ? kvp_seq_create(r->mgr, id, ntok)
-		    : mm_create(r->mm, id, ntok);
+		    : mm_create(&r->mm->mgr, id, ntok);
 
 	if (__builtin_expect(rc != 0, 0))
 		bench_die("%s: seq_create(%#llx, %u) failed: %s",
@@ -612,7 +214,7 @@ ALWAYS_INLINE void op_append1(struct thr *t, bool kv, uint64_t id,
 	struct kvp_copy cow[1];
 	uint32_t ncow = UINT32_MAX;
 	int rc = kv ? kvp_seq_append(r->mgr, id, 1, cow, 1, &ncow)
-		    : mm_append(r->mm, id, 1, cow, 1, &ncow);
+		    : mm_append(&r->mm->mgr, id, 1, cow, 1, &ncow);
 
 	if (__builtin_expect(rc != 0, 0))
 		bench_die("%s: seq_append(%#llx, 1) failed: %s",
@@ -641,7 +243,7 @@ ALWAYS_INLINE void op_fork(struct thr *t, bool kv, uint64_t src,
 {
 	struct run *r = t->run;
 	int rc = kv ? kvp_seq_fork(r->mgr, src, dst)
-		    : mm_fork(r->mm, src, dst);
+		    : mm_fork(&r->mm->mgr, src, dst);
 
 	if (__builtin_expect(rc != 0, 0))
 		bench_die("%s: seq_fork(%#llx, %#llx) failed: %s",
@@ -653,7 +255,7 @@ ALWAYS_INLINE void op_fork(struct thr *t, bool kv, uint64_t src,
 ALWAYS_INLINE void op_free(struct thr *t, bool kv, uint64_t id)
 {
 	struct run *r = t->run;
-	int rc = kv ? kvp_seq_free(r->mgr, id) : mm_free(r->mm, id);
+	int rc = kv ? kvp_seq_free(r->mgr, id) : mm_free(&r->mm->mgr, id);
 
 	if (__builtin_expect(rc != 0, 0))
 		bench_die("%s: seq_free(%#llx) failed: %s", peer_name[r->peer],
@@ -890,26 +492,21 @@ static void check_kvpool(struct run *r, const struct totals *tot)
 
 static void check_mutex(struct run *r)
 {
-	struct mutex_mgr *m = r->mm;
+	struct mm_mgr *m = &r->mm->mgr;
+	struct kvp_stats st;
 
-	if (m->count != 0)
+	mm_stats(m, &st);
+	if (st.sequences != 0)
 		bench_die(
 			"mutex-hashmap %s: %llu sequences left after every one "
 			"was freed",
-			wl_name[r->wl], (unsigned long long)m->count);
-	for (uint64_t i = 0; i <= m->mask; i++)
-		if (m->slots[i].seq)
-			bench_die("mutex-hashmap %s: map slot %llu still used",
-				  wl_name[r->wl], (unsigned long long)i);
-	if (m->top != m->nblocks)
-		bench_die(
-			"mutex-hashmap %s: %u of %u blocks free after the run",
-			wl_name[r->wl], m->top, m->nblocks);
-	for (uint32_t i = 0; i < m->nblocks; i++)
-		if (m->refcnt[i] != 0)
-			bench_die("mutex-hashmap %s: block %u still has %u "
-				  "references",
-				  wl_name[r->wl], i, m->refcnt[i]);
+			wl_name[r->wl], (unsigned long long)st.sequences);
+	if (mm_check(&r->mm->pool, &m, 1) != 0)
+		bench_die("mutex-hashmap %s: check failed after the run",
+			  wl_name[r->wl]);
+	if (st.blocks_used != 0)
+		bench_die("mutex-hashmap %s: %llu blocks used after the run",
+			  wl_name[r->wl], (unsigned long long)st.blocks_used);
 }
 
 /* Runs one measurement and returns Mops/s; stores in *others the share of
@@ -940,8 +537,13 @@ static double measure(enum peer p, enum workload w, unsigned nthreads,
 		r->mm = aligned_alloc(BENCH_CACHE_LINE, sizeof(*r->mm));
 		if (!r->mm)
 			bench_die("out of memory");
-		rc = mm_init(r->mm, nblocks, BLOCK_TOKENS,
-			     (uint64_t)r->per_thread * nthreads + nthreads);
+		rc = mm_pool_init(&r->mm->pool, nblocks, BLOCK_TOKENS);
+		if (rc == 0)
+			rc = mm_mgr_init(&r->mm->mgr, &r->mm->pool,
+					 KVP_EVICT_LRU, 0, 0,
+					 (uint64_t)r->per_thread * nthreads +
+						 nthreads,
+					 0);
 		if (rc != 0)
 			bench_die("mutex-hashmap: init failed: %s",
 				  strerror(-rc));
@@ -981,7 +583,8 @@ static double measure(enum peer p, enum workload w, unsigned nthreads,
 		kvp_pool_unref(r->pool);
 	} else {
 		check_mutex(r);
-		mm_destroy(r->mm);
+		mm_mgr_destroy(&r->mm->mgr);
+		mm_pool_destroy(&r->mm->pool);
 		free(r->mm);
 	}
 	if (tot.ops == 0)

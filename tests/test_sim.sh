@@ -1,0 +1,180 @@
+#!/bin/sh
+# kvpool sim: with an unlimited pool (--blocks 0) the prefix hit rate equals
+# the one tests/sim_hitrate.py computes from the trace file on its own, for
+# tests/data/sim_small.jsonl (block sizes, thread and model counts) and for
+# the embedded synthetic workload; malformed trace lines fail with
+# FILE:LINE, exit status 2 and nothing on stdout; options; the capacity
+# sweep; the mutex comparison; runs under memory pressure for every policy.
+set -u
+b=${top_builddir:-.}
+s=${top_srcdir:-.}
+kv="$b/tools/kvpool"
+py=${PYTHON:-python3}
+small="$s/tests/data/sim_small.jsonl"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+passed=0
+failed=0
+ok() {
+	echo "ok: $*"
+	passed=$((passed + 1))
+}
+bad() {
+	echo "FAIL: $*"
+	failed=$((failed + 1))
+}
+
+# The hit rate (3 decimals) kvpool sim reports, or "error".
+sim_rate() {
+	"$kv" sim --json --blocks 0 "$@" >"$tmp/out.json" 2>"$tmp/err" ||
+		{ cat "$tmp/err"; echo error; return; }
+	"$py" -c 'import json, sys
+print("%.3f" % json.load(open(sys.argv[1]))["kvpool"]["hit_rate"])' \
+		"$tmp/out.json"
+}
+
+# The independent hit rate (3 decimals).
+py_rate() {
+	"$py" "$s/tests/sim_hitrate.py" "$@" | awk '{ printf "%.3f\n", $1 }'
+}
+
+check_rate() { # check_rate TRACE BLOCK_TOKENS MODELS THREADS [sim options]
+	t=$1 bt=$2 m=$3 th=$4
+	shift 4
+	want=$(py_rate "$t" --block-tokens "$bt" --models "$m")
+	got=$(sim_rate --trace "$t" --block-tokens "$bt" --models "$m" \
+		--threads "$th" "$@")
+	if [ "$got" = "$want" ]; then
+		ok "hit rate $got == $want ($(basename "$t"), $bt-token blocks, $m model(s), $th thread(s) $*)"
+	else
+		bad "hit rate: kvpool sim $got, independent $want ($(basename "$t"), $bt-token blocks, $m model(s), $th thread(s) $*)"
+	fi
+}
+
+# ---- exact hit rates
+for bt in 16 7 512 600; do
+	for m in 1 2; do
+		for th in 1 4; do
+			check_rate "$small" $bt $m $th
+		done
+	done
+done
+check_rate "$small" 32 1 2 --policy longest --max-running 3
+"$kv" sim --requests 600 --seed 7 --dump-workload "$tmp/synth.jsonl" ||
+	bad "--dump-workload"
+check_rate "$tmp/synth.jsonl" 16 1 2
+check_rate "$tmp/synth.jsonl" 16 3 3
+# The dump is the workload itself: the same numbers either way.
+a=$("$kv" sim --requests 600 --seed 7 --blocks 0 --json | "$py" -c \
+	'import json,sys; d=json.load(sys.stdin)["kvpool"]; print(d["prefix_hits"], d["forks"], d["cow_copies"])')
+c=$("$kv" sim --trace "$tmp/synth.jsonl" --blocks 0 --json | "$py" -c \
+	'import json,sys; d=json.load(sys.stdin)["kvpool"]; print(d["prefix_hits"], d["forks"], d["cow_copies"])')
+[ -n "$a" ] && [ "$a" = "$c" ] && ok "synthetic == its dump ($a)" ||
+	bad "synthetic ($a) != its dump ($c)"
+
+# ---- malformed lines: FILE:LINE, status 2, nothing on stdout
+good='{"timestamp": 0, "input_length": 100, "output_length": 5, "hash_ids": [1]}'
+malformed() { # malformed NAME LINE EXPECTED-MESSAGE (file from stdin)
+	f="$tmp/$1.jsonl"
+	cat >"$f"
+	"$kv" sim --trace "$f" >"$tmp/stdout" 2>"$tmp/stderr"
+	rc=$?
+	if [ $rc -eq 2 ] && [ ! -s "$tmp/stdout" ] &&
+		grep -q "$f:$2: .*$3" "$tmp/stderr"; then
+		ok "malformed ($1): $(cat "$tmp/stderr")"
+	else
+		bad "malformed ($1): status $rc, stdout $(wc -c <"$tmp/stdout") bytes, stderr: $(cat "$tmp/stderr") (expected $f:$2: ...$3)"
+	fi
+}
+printf '%s\n%s\n' "$good" '{"timestamp": 1, "input_length": 100, "output_length": 5, "hash_ids": [1}' |
+	malformed syntax 2 "expected ']'"
+printf '%s\n%s\n%s\n' "$good" "$good" '{"timestamp": 2, "output_length": 5, "hash_ids": [1]}' |
+	malformed missing 3 'missing field "input_length"'
+printf '%s\n%s\n' "$good" '{"timestamp": 1, "input_length": 1500, "output_length": 5, "hash_ids": [1, 2]}' |
+	malformed ids 2 "hash_ids has 2 ids, but input_length 1500 needs 3"
+printf '%s\n' '{"timestamp": 0, "input_length": -3, "output_length": 5, "hash_ids": [1]}' |
+	malformed range 1 '"input_length" must be an integer'
+printf '%s\n\n%s\n' "$good" "$good x" | malformed trailing 3 "unexpected 'x'"
+printf '%s\n' '{"timestamp": 0, "input_length": 100, "input_length": 100, "output_length": 5, "hash_ids": [1]}' |
+	malformed duplicate 1 'duplicate field "input_length"'
+printf '%s\n' '{"timestamp": "0", "input_length": 100, "output_length": 5, "hash_ids": [1]}' |
+	malformed type 1 "expected a number"
+printf '%s\n' "$good" '{"timestamp": 1, "input_length": 100, "output_length": 5, "hash_ids": [1.5]}' |
+	malformed fraction 2 '"hash_ids" entries must be integers'
+"$kv" sim --trace "$tmp/does-not-exist.jsonl" >"$tmp/stdout" 2>"$tmp/stderr"
+rc=$?
+[ $rc -eq 2 ] && grep -q "does-not-exist.jsonl: No such file" "$tmp/stderr" &&
+	ok "missing file: $(cat "$tmp/stderr")" || bad "missing file: status $rc"
+
+# ---- options
+usage_status() { # usage_status WANT ARGS...
+	want=$1
+	shift
+	"$kv" "$@" >"$tmp/stdout" 2>"$tmp/stderr"
+	rc=$?
+	[ $rc -eq "$want" ] && ok "kvpool $*: status $rc" ||
+		bad "kvpool $*: status $rc, expected $want ($(head -c 200 "$tmp/stderr"))"
+}
+usage_status 0 --help
+usage_status 0 sim --help
+usage_status 0 bench --help
+usage_status 2 frobnicate
+usage_status 2 sim --frobnicate
+usage_status 2 sim --threads 0
+usage_status 2 sim --policy fifo
+usage_status 2 sim --compare spinlock
+usage_status 2 sim --json=yes
+usage_status 2 bench --frobnicate 1
+grep -q "unknown option '--frobnicate'" "$tmp/stderr" &&
+	ok "unknown options are named" || bad "unknown option message: $(cat "$tmp/stderr")"
+
+# ---- the capacity sweep: a header and policies x capacities rows
+"$kv" sim --trace "$small" --sweep-capacity --capacities 400,800,100000 \
+	>"$tmp/sweep.csv" 2>"$tmp/stderr"
+rows=$(grep -c '^[a-z]*,[0-9]' "$tmp/sweep.csv")
+head -n 1 "$tmp/sweep.csv" | grep -q '^policy,blocks,capacity_fraction,hit_rate' &&
+	[ "$rows" -eq 12 ] && ok "sweep: 12 rows" ||
+	bad "sweep: $rows rows: $(cat "$tmp/sweep.csv" "$tmp/stderr")"
+if command -v gnuplot >/dev/null 2>&1; then
+	"$kv" sim --requests 300 --sweep-capacity --capacities 3000,6000,50000 \
+		--plot "$tmp/sweep.png" >/dev/null 2>"$tmp/stderr"
+	head -c 8 "$tmp/sweep.png" 2>/dev/null | od -c | grep -q 'P   N   G' &&
+		ok "sweep plot: a PNG" || bad "sweep plot: no PNG ($(cat "$tmp/stderr"))"
+else
+	echo "skip: the plot (gnuplot is not installed; optional)"
+fi
+
+# ---- the mutex comparison does identical work
+"$kv" sim --trace "$small" --blocks 0 --compare mutex --json >"$tmp/cmp.json" &&
+	"$py" -c 'import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["identical_work"] is True, d
+assert d["throughput_ratio_kvpool_over_mutex"] > 0
+assert d["kvpool"]["hit_rate"] == d["mutex"]["hit_rate"]' "$tmp/cmp.json" &&
+	ok "compare mutex: identical work" || bad "compare mutex: $(cat "$tmp/cmp.json")"
+
+# ---- memory pressure, every policy: every request accounted for, the
+# invariants checked after the replay (kvpool sim aborts otherwise)
+npre=0
+for p in lru lfu longest priority; do
+	for mode in "" --unordered; do
+		if "$kv" sim --requests 400 --blocks 1500 --max-running 128 \
+			--policy $p --threads 3 --models 2 $mode --json \
+			>"$tmp/p.json" 2>"$tmp/stderr" &&
+			"$py" -c 'import json, sys
+d = json.load(open(sys.argv[1]))["kvpool"]
+assert d["completed"] + d["rejected"] + d["abandoned"] == 400, d
+print(d["preemptions"], "%.3f" % d["hit_rate"])' "$tmp/p.json" >"$tmp/msg"; then
+			read -r n rate <"$tmp/msg"
+			npre=$((npre + n))
+			ok "pressure, policy $p $mode: $n preemptions, hit rate $rate"
+		else
+			bad "pressure, policy $p $mode: $(cat "$tmp/p.json" "$tmp/stderr" "$tmp/msg")"
+		fi
+	done
+done
+[ $npre -gt 0 ] && ok "pressure: $npre preemptions in all" ||
+	bad "pressure: no preemption at all"
+
+echo "test_sim: $passed passed, $failed failed"
+[ $failed -eq 0 ]

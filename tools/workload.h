@@ -1,0 +1,118 @@
+/*
+ * workload.h - the requests `kvpool sim` replays: the embedded synthetic
+ * workload, Mooncake-format JSON-lines traces, and their block hashes.
+ *
+ * A request's prompt is named, as in Mooncake traces, by hash ids of
+ * fixed-size "hash blocks" (unit_tokens tokens each, 512 in Mooncake
+ * traces; the last one may be partial): the same id at the same position
+ * of two prompts means the same prefix.
+ *
+ * Block hashes (wl_prepare).  The pool's blocks (block_tokens tokens) need
+ * not align with hash blocks.  The hash of a request's full pool block k
+ * (tokens [k*B, (k+1)*B)) is
+ *
+ *     h[k] = kvp_hash_blocks(XXH3-128, parent = h[k-1] (none for k = 0),
+ *                            tokens = { k, c, id[j0], ..., id[j0+c-1] })
+ *
+ * where id[j0 .. j0+c-1] are the hash ids of the hash blocks that
+ * block k's tokens overlap (each id as two 32-bit words), padded with zeros
+ * to a fixed width: block k's hash names (the ids of all hash blocks up to
+ * its last token, k), i.e. exactly the prefix it holds.  XXH3 is seeded
+ * with a fixed seed (kvp_hash_set_xxh3_seed(WL_XXH3_SEED)), so runs are
+ * reproducible.  Only full blocks of the prompt are hashed (the library
+ * caches only full blocks).
+ *
+ * Thread-safety: a workload is built by one thread; afterwards any number
+ * of threads may read it.
+ */
+#ifndef KVP_TOOLS_WORKLOAD_H
+#define KVP_TOOLS_WORKLOAD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <kvpool.h>
+
+#define WL_XXH3_SEED 0x6b76706f6f6c2121ull
+#define WL_MAX_SAMPLES 256 /* largest n */
+#define WL_DEFAULT_REQUESTS 10000u
+#define WL_SYNTH_UNIT 16u /* the synthetic workload's hash block size */
+
+struct wl_req {
+	double arrival;	     /* ms */
+	uint32_t input_len;  /* prompt tokens */
+	uint32_t output_len; /* tokens decoded per sample */
+	uint32_t n;	     /* parallel samples (forks) */
+	int32_t priority;
+	uint32_t model;	   /* manager: request index % models */
+	uint32_t nids;	   /* hash ids of the prompt */
+	uint64_t id_off;   /* into ids[] */
+	uint32_t nhashes;  /* full pool blocks: input_len / block_tokens */
+	uint64_t hash_off; /* into hashes[] */
+};
+
+struct workload {
+	char name[256];	      /* "synthetic (seed 1, 3000 requests)" */
+	uint32_t unit_tokens; /* tokens per hash block */
+	uint32_t nreq;
+	struct wl_req *req; /* in arrival order */
+	uint64_t nids;
+	uint64_t *ids;
+	/* Set by wl_prepare: */
+	uint32_t block_tokens;
+	uint32_t models;
+	uint64_t nhashes;
+	struct kvp_hash *hashes;
+	uint64_t distinct_blocks; /* distinct (model, block hash) pairs */
+	/* Summary: */
+	uint64_t input_tokens, output_tokens; /* output: all samples */
+	uint32_t multi_sample;		      /* requests with n > 1 */
+	uint32_t max_n;
+};
+
+/*
+ * Builds the embedded synthetic workload: nreq requests (shared system
+ * prompts, multi-turn conversations whose turns extend earlier turns,
+ * questions about a few long documents, some one-shot prompts with n > 1
+ * parallel samples), a pure function of seed.  Returns 0 or -ENOMEM.
+ */
+int wl_synthetic(struct workload *w, uint64_t seed, uint32_t nreq);
+
+/*
+ * Reads a JSON-lines trace (see jsonl.h for the fields): every line is
+ * checked before anything is returned.  Requests are ordered by timestamp
+ * (stable: equal timestamps keep the file's order).  A prompt must have
+ * exactly ceil(input_length / hash_block_tokens) hash ids, and every line
+ * the same hash_block_tokens.  Returns 0; or -1 with "FILE:LINE: message"
+ * (or "FILE: message") in err, and nothing allocated.
+ */
+int wl_load_trace(struct workload *w, const char *path, char *err,
+		  size_t errlen);
+
+/*
+ * Assigns models (request i to model i % models), hashes every request's
+ * full blocks of block_tokens tokens (see above) with `threads` threads,
+ * and counts the distinct blocks.  Returns 0, -ENOMEM, or -EIO if hashing
+ * failed.
+ */
+int wl_prepare(struct workload *w, uint32_t block_tokens, uint32_t models,
+	       unsigned threads);
+
+/* The hashes of request r's full blocks. */
+static inline const struct kvp_hash *wl_hashes(const struct workload *w,
+					       const struct wl_req *r)
+{
+	return w->hashes + r->hash_off;
+}
+
+/* Writes the workload as a JSON-lines trace wl_load_trace reads back
+ * (with the n, priority and hash_block_tokens extensions).  Returns 0 or
+ * -EIO. */
+int wl_dump(const struct workload *w, FILE *f);
+
+/* Frees the workload's memory. */
+void wl_free(struct workload *w);
+
+#endif /* KVP_TOOLS_WORKLOAD_H */
