@@ -2,8 +2,7 @@
 # `make check-valgrind`: the unit tests under valgrind memcheck, each in
 # one process (CK_FORK=no), through libtool so that the uninstalled
 # libkvpool is the one checked.  Any error or definite leak fails the run;
-# tests/valgrind.supp silences liburcu's and glibc's own reports only,
-# tests/valgrind-known-bugs.supp kvpool bugs that an XFAIL test tracks.
+# tests/valgrind.supp silences liburcu's and glibc's own reports only.
 # Prints one line per program and a closing "N passed, N failed".
 set -u
 b=${top_builddir:-.}
@@ -12,6 +11,7 @@ libtool=${LIBTOOL:-$b/libtool}
 passed=0
 failed=0
 for t in check_pool check_manager check_data check_errors check_hash \
+	check_prefix check_xxh3_seeded \
 	check_faults fuzz_replay; do
 	[ -x "$b/tests/$t" ] || continue
 	args=
@@ -27,7 +27,6 @@ for t in check_pool check_manager check_data check_errors check_hash \
 		valgrind --quiet --error-exitcode=99 --leak-check=full $vgopts \
 		--errors-for-leak-kinds=definite --show-leak-kinds=definite \
 		--suppressions="$s/tests/valgrind.supp" \
-		--suppressions="$s/tests/valgrind-known-bugs.supp" \
 		--gen-suppressions=all \
 		"$b/tests/$t" $args >"$log" 2>&1; then
 		passed=$((passed + 1))

@@ -1,22 +1,17 @@
 /*
- * check_bug_xxh3.c - KNOWN BUG reproducer, expected to fail (XFAIL_TESTS
- * in Makefile.am) until lib/hash.c is fixed; then it passes, `make check`
- * reports XPASS, and it should move to the ordinary tests.
+ * check_xxh3_seeded.c - regression test: seeded XXH3 block hashes do not
+ * depend on what the stack held.
  *
  * lib/hash.c keeps its XXH3 state (XXH3_state_t, inside struct hasher) on
- * the stack without initialising it and starts it with
- * XXH3_128bits_reset_withSeed().  xxHash 0.8 requires XXH3_INITSTATE() (or
- * a memset) for a stack state whose first reset is a seeded one: the reset
- * compares the new seed with the state's stale `seed` field and, if they
- * happen to be equal, skips deriving the secret from the seed, hashing with
- * whatever bytes the stack held (for blocks of more than 240 bytes of
- * input, i.e. 57 tokens or more; shorter ones are hashed from the seed
- * alone).  valgrind reports the read of the
- * uninitialised field ("Conditional jump or move depends on uninitialised
- * value(s)" in XXH3_64bits_reset_withSeed, from hasher_start); this test
- * makes the stale field equal the seed on purpose: the same input then
- * hashes differently.  Fix: XXH3_INITSTATE(&h->u.xxh) (or memset) before
- * the seeded reset in hasher_start().
+ * the stack and starts it with XXH3_128bits_reset_withSeed().  xxHash 0.8
+ * requires XXH3_INITSTATE() (or a memset) for a stack state whose first
+ * reset is a seeded one: the reset compares the new seed with the state's
+ * stale `seed` field and, if they happen to be equal, skips deriving the
+ * secret from the seed, hashing with whatever bytes the stack held (for
+ * blocks of more than 240 bytes of input, i.e. 57 tokens or more).
+ * valgrind found the read of the uninitialised field; this test makes the
+ * stale field equal the seed on purpose and requires the same hash as a
+ * clean run.  Fixed by XXH3_INITSTATE() in hasher_start().
  */
 #include <check.h>
 #include <stdint.h>
