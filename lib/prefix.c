@@ -95,17 +95,22 @@ _Static_assert(offsetof(struct prefix_node, rcu) >= KVP_CACHELINE,
 struct prefix_pool {
 	/* owner[b]: the node caching b, NULL if b is not cached.  Written
 	 * by the registering thread before CACHED (release), cleared under
-	 * the lock when CACHED is. */
+	 * the lock when CACHED is.  (The array pointers are read-only.) */
 	_Atomic(struct prefix_node *) *owner;
-	/* The evictable list (lock), least recently freed at head. */
-	pthread_mutex_t lock;
-	uint32_t *prev;
+	uint32_t *prev; /* lock */
+	/* The evictable list (lock), least recently freed at head, on its
+	 * own cache line. */
+	kvp_cacheline_aligned pthread_mutex_t lock;
 	uint32_t head, tail;
-	_Atomic int64_t evictable;   /* see the argument above */
-	_Atomic uint64_t evictions; /* statistics, relaxed */
-	/* Transitions into (released) and out of (revived by hits) the
-	 * evictable state, for the pool's frees and allocs.  Relaxed. */
-	_Atomic uint64_t released, revived;
+	/* Counts hits write (relaxed), on a line of their own: blocks in
+	 * state CACHED|0 (see the argument above), and revivals by hits.
+	 * Blocks released into the evictable state are not counted: they
+	 * are evictable + revived + evictions + cleared. */
+	kvp_cacheline_aligned _Atomic int64_t evictable;
+	_Atomic uint64_t revived;
+	/* Rare: evictions by allocations, evictable blocks a reset freed. */
+	kvp_cacheline_aligned _Atomic uint64_t evictions;
+	_Atomic uint64_t cleared;
 };
 
 static inline uint32_t refs_of(uint32_t s)
@@ -220,7 +225,7 @@ int prefix_pool_attach(struct kvp_pool *pool)
 
 	if (atomic_load_explicit(&pool->prefix, memory_order_relaxed))
 		return 0;
-	pp = kvp_malloc(sizeof(*pp));
+	pp = kvp_malloc_aligned(KVP_CACHELINE, sizeof(*pp));
 	if (!pp)
 		return -ENOMEM;
 	memset(pp, 0, sizeof(*pp));
@@ -230,7 +235,7 @@ int prefix_pool_attach(struct kvp_pool *pool)
 	    pthread_mutex_init(&pp->lock, NULL) != 0) {
 		kvp_free(pp->owner, (size_t)n * sizeof(*pp->owner));
 		kvp_free(pp->prev, (size_t)n * sizeof(*pp->prev));
-		kvp_free(pp, sizeof(*pp));
+		kvp_free_aligned(pp, KVP_CACHELINE, sizeof(*pp));
 		return -ENOMEM;
 	}
 	for (uint32_t b = 0; b < n; b++) {
@@ -240,8 +245,8 @@ int prefix_pool_attach(struct kvp_pool *pool)
 	pp->head = pp->tail = KVP_NIL;
 	atomic_init(&pp->evictable, 0);
 	atomic_init(&pp->evictions, 0);
-	atomic_init(&pp->released, 0);
 	atomic_init(&pp->revived, 0);
+	atomic_init(&pp->cleared, 0);
 	/* Release: publishes the initialised state to pool_prefix(). */
 	atomic_store_explicit(&pool->prefix, pp, memory_order_release);
 	return 0;
@@ -257,16 +262,15 @@ void prefix_pool_free(struct kvp_pool *pool)
 	pthread_mutex_destroy(&pp->lock);
 	kvp_free(pp->owner, (size_t)n * sizeof(*pp->owner));
 	kvp_free(pp->prev, (size_t)n * sizeof(*pp->prev));
-	kvp_free(pp, sizeof(*pp));
+	kvp_free_aligned(pp, KVP_CACHELINE, sizeof(*pp));
 }
 
 void prefix_release(struct kvp_pool *pool, const uint32_t *ids, uint32_t n)
 {
 	struct prefix_pool *pp = pool_prefix(pool);
 
-	/* Relaxed: counts; the state word orders the transitions. */
+	/* Relaxed: a count; the state word orders the transitions. */
 	atomic_fetch_add_explicit(&pp->evictable, n, memory_order_relaxed);
-	atomic_fetch_add_explicit(&pp->released, n, memory_order_relaxed);
 	pp_lock(pp);
 	for (uint32_t i = 0; i < n; i++) {
 		uint32_t b = ids[i];
@@ -442,12 +446,17 @@ void prefix_transitions(struct kvp_pool *pool, uint64_t *released,
 {
 	struct prefix_pool *pp = pool_prefix(pool);
 
-	*released = pp ? atomic_load_explicit(&pp->released,
-					      memory_order_relaxed)
-		       : 0;
-	*revived = pp ? atomic_load_explicit(&pp->revived,
-					     memory_order_relaxed)
-		      : 0;
+	*released = *revived = 0;
+	if (!pp)
+		return;
+	/* Relaxed: statistics, exact at quiescence. */
+	*revived = atomic_load_explicit(&pp->revived, memory_order_relaxed);
+	*released = (uint64_t)atomic_load_explicit(&pp->evictable,
+						   memory_order_relaxed) +
+		    *revived +
+		    atomic_load_explicit(&pp->evictions,
+					 memory_order_relaxed) +
+		    atomic_load_explicit(&pp->cleared, memory_order_relaxed);
 }
 
 uint64_t prefix_evictions(struct kvp_pool *pool)
@@ -796,6 +805,8 @@ int prefix_clear(struct kvp_manager *m, bool force)
 				      memory_order_relaxed);
 		if (refs_of(s) == 0) {
 			atomic_fetch_sub_explicit(&pp->evictable, 1,
+						  memory_order_relaxed);
+			atomic_fetch_add_explicit(&pp->cleared, 1,
 						  memory_order_relaxed);
 			/* On no list: chain it for the free stack. */
 			set_next(pool, b, first);
