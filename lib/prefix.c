@@ -663,20 +663,39 @@ static bool take_one(struct kvp_pool *pool, struct prefix_pool *pp,
 	return true;
 }
 
+#define KVP_TAKE_CHUNK 32
+
 uint32_t prefix_take(struct kvp_manager *m, const struct kvp_hash *hashes,
 		     uint32_t n, uint32_t *blocks)
 {
 	struct kvp_pool *pool = m->pool;
 	struct prefix_pool *pp = pool_prefix(pool);
-	uint32_t i, revived = 0;
+	struct prefix_node *nodes[KVP_TAKE_CHUNK];
+	uint32_t i = 0, revived = 0;
 
 	kvp_rcu_read_lock();
-	for (i = 0; i < n; i++) {
-		struct prefix_node *node = map_lookup(m, &hashes[i]);
+	/* In chunks: first the lookups (reads), asking for each block's
+	 * state line in exclusive mode as its node is found, so that the
+	 * lines other threads hold travel in parallel; then the CASes. */
+	while (i < n) {
+		uint32_t k = 0, j;
 
-		if (!node || !take_one(pool, pp, node, &revived))
-			break;
-		blocks[i] = node->block;
+		while (k < KVP_TAKE_CHUNK && i + k < n) {
+			struct prefix_node *node = map_lookup(m, &hashes[i + k]);
+
+			if (!node)
+				break;
+			__builtin_prefetch(&pool->state[node->block], 1);
+			nodes[k++] = node;
+		}
+		for (j = 0; j < k; j++) {
+			if (!take_one(pool, pp, nodes[j], &revived))
+				break;
+			blocks[i + j] = nodes[j]->block;
+		}
+		i += j;
+		if (j < KVP_TAKE_CHUNK)
+			break; /* a miss (or the end) */
 	}
 	kvp_rcu_read_unlock();
 	/* One update for the whole prefix: a line other threads share. */
