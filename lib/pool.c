@@ -912,26 +912,27 @@ static __attribute__((noinline)) int free_slow(struct kvp_pool *pool,
  * The common case is a leaf, as for kvp_pool_alloc: the last-used cache,
  * no drain, room for n more blocks.  Anything else goes to free_slow().
  */
-static inline __attribute__((always_inline)) int
-pool_free(struct kvp_pool *pool, const uint32_t *ids, uint32_t n,
-	  const bool distinct)
+/*
+ * The common case of a free: the calling thread's last-used cache is this
+ * pool's, no drain is in progress and it has room for n more blocks.
+ * Returns the cache entered (its count in *c), or NULL (not entered).
+ */
+static inline __attribute__((always_inline)) struct tcache *
+free_cache_enter(struct kvp_pool *pool, uint32_t n, uint32_t *c)
 {
 	struct tcache *tc;
-	uint32_t c;
 
-	if (unlikely(!pool || !ids || n == 0))
-		return -EINVAL;
 	if (unlikely(tcache_last.pool != pool || tcache_last.uid != pool->uid))
-		return free_slow(pool, ids, n, distinct);
+		return NULL;
 	tc = tcache_last.tc;
 	if (unlikely(!tcache_enter(tc)))
-		return free_slow(pool, ids, n, distinct);
-	c = tcache_count(tc);
-	if (unlikely(c + n > tc->cap)) {
+		return NULL;
+	*c = tcache_count(tc);
+	if (unlikely(*c + n > tc->cap)) {
 		tcache_exit(tc);
-		return free_slow(pool, ids, n, distinct);
+		return NULL;
 	}
-	return free_into_cache(pool, tc, c, ids, n, distinct);
+	return tc;
 }
 
 /*
@@ -951,16 +952,9 @@ KVP_API int kvp_pool_free(struct kvp_pool *pool, const uint32_t *ids,
 
 	if (unlikely(!pool || !ids || n == 0))
 		return -EINVAL;
-	if (unlikely(tcache_last.pool != pool || tcache_last.uid != pool->uid))
+	tc = free_cache_enter(pool, n, &c);
+	if (unlikely(!tc))
 		return free_slow(pool, ids, n, false);
-	tc = tcache_last.tc;
-	if (unlikely(!tcache_enter(tc)))
-		return free_slow(pool, ids, n, false);
-	c = tcache_count(tc);
-	if (unlikely(c + n > tc->cap)) {
-		tcache_exit(tc);
-		return free_slow(pool, ids, n, false);
-	}
 	/* Locals: ids may alias anything. */
 	state = pool->state;
 	num_blocks = pool->num_blocks;
@@ -989,7 +983,15 @@ KVP_API int kvp_pool_free(struct kvp_pool *pool, const uint32_t *ids,
 
 int pool_free_distinct(struct kvp_pool *pool, const uint32_t *ids, uint32_t n)
 {
-	return pool_free(pool, ids, n, true);
+	struct tcache *tc;
+	uint32_t c;
+
+	if (unlikely(!pool || !ids || n == 0))
+		return -EINVAL;
+	tc = free_cache_enter(pool, n, &c);
+	if (unlikely(!tc))
+		return free_slow(pool, ids, n, true);
+	return free_into_cache(pool, tc, c, ids, n, true);
 }
 
 KVP_API int kvp_block_ref(struct kvp_pool *pool, uint32_t id)
