@@ -88,6 +88,9 @@ struct prefix_node {
 	struct rcu_head rcu;
 	/* The evictor's list of nodes it took off owner[]: its own. */
 	struct prefix_node *evict_next;
+	/* Three lines, not two: consecutive nodes' hot lines then fall in
+	 * every L1 set, not only the even ones (which 256 nodes fill). */
+	char pad[KVP_CACHELINE];
 };
 _Static_assert(offsetof(struct prefix_node, rcu) >= KVP_CACHELINE,
 	       "a lookup reads one line of a node");
