@@ -629,6 +629,55 @@ check_multiplicity(struct kvp_pool *pool, const uint32_t *ids, uint32_t n)
 }
 
 /*
+ * Cached blocks a free took to zero, handed to the evictable list in the
+ * order freed, one prefix_release() per batch.
+ */
+struct idle_batch {
+	uint32_t n;
+	uint32_t ids[64];
+};
+
+static inline void idle_flush(struct kvp_pool *pool, struct idle_batch *b)
+{
+	if (b->n)
+		prefix_release(pool, b->ids, b->n);
+	b->n = 0;
+}
+
+/*
+ * Drops one reference on block id, whose word was seen as s, by CAS
+ * (other holders, or hits on a cached block, may change it meanwhile).  A
+ * block taken to zero goes to the sink, or, if cached, to the idle batch.
+ * Returns false, changing nothing, if the block was free.
+ */
+static inline __attribute__((always_inline)) bool
+drop_held(struct kvp_pool *pool, uint32_t id, uint32_t s,
+	  struct free_sink *sk, struct idle_batch *idle)
+{
+	_Atomic uint32_t *st = &pool->state[id];
+	uint32_t nw;
+
+	do {
+		if (!state_held(s))
+			return false;
+		nw = s - 1;
+		/* Release: orders our use of the block before the last
+		 * holder's free; acquire: if we are the last holder. */
+	} while (!atomic_compare_exchange_weak_explicit(
+		st, &s, nw, memory_order_acq_rel, memory_order_acquire));
+	if ((nw & KVP_ST_REFS_MASK) != 0)
+		return true;
+	if (!(nw & KVP_ST_CACHED)) {
+		sink_put(pool, sk, id);
+		return true;
+	}
+	idle->ids[idle->n++] = id;
+	if (idle->n == KVP_ARRAY_SIZE(idle->ids))
+		idle_flush(pool, idle);
+	return true;
+}
+
+/*
  * Second pass of kvp_pool_free over blocks that had other holders: drops
  * one reference per occurrence; a block whose count reaches zero goes to
  * the sink.  Blocks the first pass took to zero are skipped.  Cannot fail
@@ -639,39 +688,14 @@ static __attribute__((noinline)) void
 drop_shared(struct kvp_pool *pool, const uint32_t *ids, uint32_t n,
 	    struct free_sink *sk)
 {
-	uint32_t idle[64], nidle = 0; /* cached blocks taken to zero */
+	struct idle_batch idle = {.n = 0};
 
-	for (uint32_t i = 0; i < n; i++) {
-		_Atomic uint32_t *st = &pool->state[ids[i]];
-		uint32_t s = atomic_load_explicit(st, memory_order_acquire);
-		uint32_t nw;
-
-		do {
-			if (!state_held(s))
-				goto next;
-			nw = s - 1;
-			/* Release: orders our use of the block before the
-			 * last holder's free; acquire: if we are the last
-			 * holder. */
-		} while (!atomic_compare_exchange_weak_explicit(
-			st, &s, nw, memory_order_acq_rel,
-			memory_order_acquire));
-		if ((nw & KVP_ST_REFS_MASK) != 0)
-			continue;
-		if (!(nw & KVP_ST_CACHED)) {
-			sink_put(pool, sk, ids[i]);
-			continue;
-		}
-		/* Evictable: to the evictable list, in the order freed. */
-		idle[nidle++] = ids[i];
-		if (nidle == KVP_ARRAY_SIZE(idle)) {
-			prefix_release(pool, idle, nidle);
-			nidle = 0;
-		}
-next:;
-	}
-	if (nidle)
-		prefix_release(pool, idle, nidle);
+	for (uint32_t i = 0; i < n; i++)
+		(void)drop_held(pool, ids[i],
+				atomic_load_explicit(&pool->state[ids[i]],
+						     memory_order_acquire),
+				sk, &idle);
+	idle_flush(pool, &idle);
 }
 
 /*
@@ -760,11 +784,12 @@ drop_distinct(struct kvp_pool *pool, const uint32_t *ids, uint32_t n,
 	      struct free_sink *sk)
 {
 	_Atomic uint32_t *state = pool->state;
-	uint32_t num_blocks = pool->num_blocks, idle[64], nidle = 0;
+	uint32_t num_blocks = pool->num_blocks;
+	struct idle_batch idle = {.n = 0};
 	int err = 0;
 
 	for (uint32_t i = 0; i < n; i++) {
-		uint32_t id = ids[i], s, nw;
+		uint32_t id = ids[i], s;
 
 		if (i + 4 < n && ids[i + 4] < num_blocks)
 			__builtin_prefetch(&state[ids[i + 4]], 1);
@@ -779,33 +804,11 @@ drop_distinct(struct kvp_pool *pool, const uint32_t *ids, uint32_t n,
 			atomic_store_explicit(&state[id], 0,
 					      memory_order_relaxed);
 			sink_put(pool, sk, id);
-			continue;
+		} else if (unlikely(!drop_held(pool, id, s, sk, &idle))) {
+			err = -EALREADY;
 		}
-		do {
-			if (unlikely(!state_held(s))) {
-				err = -EALREADY;
-				goto next;
-			}
-			nw = s - 1;
-			/* As in drop_shared(). */
-		} while (!atomic_compare_exchange_weak_explicit(
-			&state[id], &s, nw, memory_order_acq_rel,
-			memory_order_acquire));
-		if ((nw & KVP_ST_REFS_MASK) != 0)
-			continue;
-		if (!(nw & KVP_ST_CACHED)) {
-			sink_put(pool, sk, id);
-			continue;
-		}
-		idle[nidle++] = id;
-		if (nidle == KVP_ARRAY_SIZE(idle)) {
-			prefix_release(pool, idle, nidle);
-			nidle = 0;
-		}
-next:;
 	}
-	if (nidle)
-		prefix_release(pool, idle, nidle);
+	idle_flush(pool, &idle);
 	return err;
 }
 
