@@ -569,16 +569,22 @@ static bool seq_exists(struct kvp_manager *m, uint64_t id)
 	return found;
 }
 
-KVP_API int kvp_seq_create(struct kvp_manager *m, uint64_t id,
-			   uint32_t num_tokens)
+/*
+ * kvp_seq_create and kvp_seq_create_cached: a sequence of num_tokens whose
+ * first blocks are the cached ones for hashes[0..limit) (limit 0: none),
+ * the rest freshly allocated.  *hits receives the number of hit blocks.
+ * Hits are taken first, so that the allocation cannot evict them; on
+ * failure they are given back in place (prefix_unhit).
+ */
+static int seq_create(struct kvp_manager *m, uint64_t id, uint32_t num_tokens,
+		      const struct kvp_hash *hashes, uint32_t limit,
+		      uint32_t *hits)
 {
 	struct kvp_seq *s;
-	uint32_t nb;
+	uint32_t nb = blocks_for(num_tokens, m->block_tokens), h = 0;
 	int err;
 
-	if (!m)
-		return -EINVAL;
-	nb = blocks_for(num_tokens, m->block_tokens);
+	*hits = 0;
 	if (nb > m->pool->num_blocks)
 		return -ENOSPC;
 	if (seq_exists(m, id))
@@ -587,16 +593,22 @@ KVP_API int kvp_seq_create(struct kvp_manager *m, uint64_t id,
 	if (!s)
 		return -ENOMEM;
 	err = table_reserve(s, nb);
-	if (!err && nb)
-		err = kvp_pool_alloc(m->pool, nb, s->blocks);
+	if (!err && limit)
+		h = prefix_take(m, hashes, limit, s->blocks);
+	if (!err && nb > h)
+		err = kvp_pool_alloc(m->pool, nb - h, s->blocks + h);
 	if (err) {
+		if (h)
+			prefix_unhit(m->pool, s->blocks, h);
 		seq_retire(s);
 		return err;
 	}
-	seq_init(s, id, num_tokens, nb, 0, false, 0, false);
+	seq_init(s, id, num_tokens, nb, 0, false, h, false);
 	if (!seq_publish(m, s)) {
-		if (nb)
-			(void)kvp_pool_free(m->pool, s->blocks, nb);
+		if (h)
+			prefix_unhit(m->pool, s->blocks, h);
+		if (nb > h)
+			(void)kvp_pool_free(m->pool, s->blocks + h, nb - h);
 		s->nblocks = 0;
 		seq_retire(s);
 		return -EEXIST;
@@ -604,8 +616,19 @@ KVP_API int kvp_seq_create(struct kvp_manager *m, uint64_t id,
 	stat_add(m, creates, 1);
 	stat_add(m, sequences, 1);
 	stat_add(m, tokens, num_tokens);
-	stat_add(m, blocks_allocated, nb);
+	stat_add(m, blocks_allocated, nb - h);
+	*hits = h;
 	return 0;
+}
+
+KVP_API int kvp_seq_create(struct kvp_manager *m, uint64_t id,
+			   uint32_t num_tokens)
+{
+	uint32_t hits;
+
+	if (!m)
+		return -EINVAL;
+	return seq_create(m, id, num_tokens, NULL, 0, &hits);
 }
 
 /* ------------------------------------------------------------------ */
@@ -617,57 +640,20 @@ KVP_API int kvp_seq_create_cached(struct kvp_manager *m, uint64_t id,
 				  uint32_t nhashes, uint32_t num_tokens,
 				  uint32_t *cached_tokens)
 {
-	struct kvp_seq *s;
-	uint32_t nb, limit, hits = 0;
+	uint32_t limit, hits;
 	int err;
 
 	if (cached_tokens)
 		*cached_tokens = 0;
 	if (!m || (!hashes && nhashes) || !m->prefix_map)
 		return -EINVAL;
-	nb = blocks_for(num_tokens, m->block_tokens);
-	if (nb > m->pool->num_blocks)
-		return -ENOSPC;
 	/* The last token is always computed (its logits are needed). */
 	limit = num_tokens ? (num_tokens - 1) / m->block_tokens : 0;
 	if (limit > nhashes)
 		limit = nhashes;
-	if (seq_exists(m, id))
-		return -EEXIST;
-	s = seq_take(m);
-	if (!s)
-		return -ENOMEM;
-	err = table_reserve(s, nb);
-	if (err) {
-		seq_retire(s);
+	err = seq_create(m, id, num_tokens, hashes, limit, &hits);
+	if (err)
 		return err;
-	}
-	/* Hits first, so that the allocation cannot evict them. */
-	if (limit)
-		hits = prefix_take(m, hashes, limit, s->blocks);
-	if (nb > hits)
-		err = kvp_pool_alloc(m->pool, nb - hits, s->blocks + hits);
-	if (err) {
-		if (hits)
-			prefix_unhit(m->pool, s->blocks, hits);
-		seq_retire(s);
-		return err;
-	}
-	seq_init(s, id, num_tokens, nb, 0, false, hits, false);
-	if (!seq_publish(m, s)) {
-		if (hits)
-			prefix_unhit(m->pool, s->blocks, hits);
-		if (nb > hits)
-			(void)kvp_pool_free(m->pool, s->blocks + hits,
-					    nb - hits);
-		s->nblocks = 0;
-		seq_retire(s);
-		return -EEXIST;
-	}
-	stat_add(m, creates, 1);
-	stat_add(m, sequences, 1);
-	stat_add(m, tokens, num_tokens);
-	stat_add(m, blocks_allocated, nb - hits);
 	stat_add(m, prefix_queries, num_tokens);
 	stat_add(m, prefix_hits, (uint64_t)hits * m->block_tokens);
 	if (cached_tokens)
