@@ -232,6 +232,15 @@ KVP_API void kvp_thread_flush(void);
  *                                                              different
  *                                                              sequences
  *                                                              never contend
+ *   kvp_seq_create_cached,        everything on any manager    hits take no
+ *   kvp_seq_commit,               of any pool                  lock; releases
+ *   kvp_prefix_reset                                           to zero,
+ *                                                              evictions and
+ *                                                              resets take the
+ *                                                              pool's
+ *                                                              evictable-list
+ *                                                              lock briefly
+ *   kvp_manager_set_event_cb      nothing on this manager      set before use
  *   kvp_manager_check             nothing on the pool          quiescence
  *   kvp_manager_destroy           nothing on this manager      -
  *
