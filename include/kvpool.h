@@ -239,7 +239,14 @@ KVP_API void kvp_thread_flush(void);
  *                                                              resets take the
  *                                                              pool's
  *                                                              evictable-list
- *                                                              lock briefly
+ *                                                              lock briefly;
+ *                                                              commits,
+ *                                                              resets and
+ *                                                              evictions of a
+ *                                                              manager's
+ *                                                              blocks take
+ *                                                              its table's
+ *                                                              store lock
  *   kvp_manager_set_event_cb      nothing on this manager      set before use
  *   kvp_manager_check             nothing on the pool          quiescence
  *   kvp_manager_destroy           nothing on this manager      -
@@ -613,7 +620,8 @@ KVP_API int kvp_seq_commit(struct kvp_manager *m, uint64_t seq,
  * Forgets every cached block of the manager (vLLM's reset_prefix_cache,
  * e.g. after a weight update): the blocks go back to the free list.
  * Emits KVP_EVENT_CLEARED.  Errors: -EINVAL (NULL m, no prefix cache),
- * -EBUSY (a cached block is referenced by a sequence: nothing changed).
+ * -EBUSY (a cached block is referenced by a sequence, or an allocation on
+ * another thread is evicting one right now: nothing changed).
  */
 KVP_API int kvp_prefix_reset(struct kvp_manager *m);
 
@@ -642,10 +650,10 @@ typedef void (*kvp_event_cb)(const struct kvp_event *ev, void *arg);
  * CLEARED from kvp_prefix_reset; so concurrently from several threads, but
  * for one hash always in the order the events happened (a block is stored
  * before it can be evicted, and a hash is stored again only after its
- * removal was reported).  One exception, harmless to a router: a block an
- * allocation was evicting while kvp_prefix_reset ran may be reported
- * REMOVED just after the CLEARED.  The event's arrays live for the call
- * only.
+ * removal was reported; a reset waits for no eviction but fails with
+ * -EBUSY while one of its blocks is being evicted, so no REMOVED follows
+ * a CLEARED for a block stored before it).  The event's arrays live for
+ * the call only.
  * The callback must not call kvpool functions on the pool.  Set it before
  * other threads use the manager.  Errors: -EINVAL (NULL m).
  */

@@ -645,7 +645,7 @@ KVP_API int kvp_seq_create_cached(struct kvp_manager *m, uint64_t id,
 
 	if (cached_tokens)
 		*cached_tokens = 0;
-	if (!m || (!hashes && nhashes) || !m->prefix_map)
+	if (!m || (!hashes && nhashes) || !(m->flags & KVP_PREFIX_CACHE))
 		return -EINVAL;
 	/* The last token is always computed (its logits are needed). */
 	limit = num_tokens ? (num_tokens - 1) / m->block_tokens : 0;
@@ -661,6 +661,10 @@ KVP_API int kvp_seq_create_cached(struct kvp_manager *m, uint64_t id,
 	return 0;
 }
 
+/* A commit asks for the lines of the block this far ahead (its table
+ * slot, hash, owner and state: cache misses, overlapped). */
+#define KVP_COMMIT_AHEAD 8
+
 KVP_API int kvp_seq_commit(struct kvp_manager *m, uint64_t id,
 			   const struct kvp_hash *hashes, uint32_t nhashes)
 {
@@ -668,7 +672,7 @@ KVP_API int kvp_seq_commit(struct kvp_manager *m, uint64_t id,
 	uint32_t upto, run = 0, i;
 	int err = 0, added = 0;
 
-	if (!m || (!hashes && nhashes) || !m->prefix_map)
+	if (!m || (!hashes && nhashes) || !(m->flags & KVP_PREFIX_CACHE))
 		return -EINVAL;
 	s = seq_acquire(m, id);
 	if (!s)
@@ -680,12 +684,17 @@ KVP_API int kvp_seq_commit(struct kvp_manager *m, uint64_t id,
 	upto = seq_tokens(s) / m->block_tokens; /* full blocks */
 	if (upto > nhashes)
 		upto = nhashes;
-	prefix_events_begin(m);
+	prefix_store_begin(m);
 	/* Blocks [run, i) were stored by this call: one STORED event per
 	 * contiguous run, emitted while we hold the blocks (so before any
 	 * can be evicted and reported removed). */
 	for (i = run = s->committed; i < upto; i++) {
-		int r = prefix_register(m, s->blocks[i], &hashes[i]);
+		int r;
+
+		if (i + KVP_COMMIT_AHEAD < upto)
+			prefix_store_prefetch(m, s->blocks[i + KVP_COMMIT_AHEAD],
+					      &hashes[i + KVP_COMMIT_AHEAD]);
+		r = prefix_store(m, s->blocks[i], &hashes[i]);
 
 		if (r == 1) {
 			added++;
@@ -703,7 +712,7 @@ KVP_API int kvp_seq_commit(struct kvp_manager *m, uint64_t id,
 	if (!err && i > run)
 		prefix_emit(m, KVP_EVENT_STORED, hashes + run, i - run,
 			    run ? &hashes[run - 1] : NULL);
-	prefix_events_end(m);
+	prefix_store_end(m);
 	if (s->committed < i)
 		s->committed = err ? i : upto;
 	seq_unlock(s);
@@ -716,7 +725,7 @@ KVP_API int kvp_prefix_reset(struct kvp_manager *m)
 {
 	int err;
 
-	if (!m || !m->prefix_map)
+	if (!m || !(m->flags & KVP_PREFIX_CACHE))
 		return -EINVAL;
 	/* Under the event lock: a concurrent commit's STORED comes before
 	 * CLEARED if the reset forgot its blocks, after it if not. */
@@ -1392,7 +1401,7 @@ KVP_API int kvp_manager_dump(struct kvp_manager *m, FILE *f)
 		st.sequences, st.tokens, st.seq_creates, st.seq_frees,
 		st.evictions, st.appends, st.forks, st.cow_copies,
 		st.blocks_allocated, st.blocks_released);
-	if (m->prefix_map)
+	if (m->flags & KVP_PREFIX_CACHE)
 		fprintf(f,
 			"  prefix:     %" PRIu64 " of %" PRIu64
 			" tokens hit (%.1f%%), %" PRIu64

@@ -94,6 +94,8 @@ struct mgr_shard {
 	_Atomic uint64_t prefix_cached; /* deltas, wrapping */
 };
 
+struct prefix_table;
+
 struct kvp_manager {
 	/* Read-only after creation. */
 	uint64_t uid; /* unique per process: keys the lookup caches */
@@ -103,8 +105,10 @@ struct kvp_manager {
 	float eviction_threshold, watermark;
 	uint32_t flags;
 	struct seqmap map;
-	/* KVP_PREFIX_CACHE: hash -> block (prefix.c); NULL otherwise. */
-	struct cds_lfht *prefix_map;
+	/* KVP_PREFIX_CACHE: the table hash -> block (prefix.c), replaced
+	 * under prefix_lock and read lock-free; NULL otherwise. */
+	_Atomic(struct prefix_table *) prefix_table;
+	pthread_mutex_t prefix_lock; /* the table's writers (prefix.c) */
 	kvp_event_cb event_cb; /* set before concurrent use */
 	void *event_arg;
 	pthread_mutex_t event_lock; /* see prefix.c */

@@ -1,21 +1,33 @@
 /*
- * prefix.c - the prefix cache: each manager's map hash -> block (liburcu
- * rculfhash), and the pool's list of evictable cached blocks.
+ * prefix.c - the prefix cache: each manager's table hash -> block, and the
+ * pool's list of evictable cached blocks.
  *
  * Correctness argument.
  *
- * A cached block carries KVP_ST_CACHED in its state word (pool.h) and
- * owner[b] points to the map node that caches it.  Only full blocks held
- * by a sequence are registered (prefix_register): the node is filled in,
- * owner[b] set, then CACHED set with a release CAS, then the node inserted
- * with add_unique (a duplicate hash undoes the flag: no reader could reach
- * the block through the unpublished node).
+ * The pool keeps, per block, owner[b] (the manager caching b, or NULL) and
+ * hash[b] (the hash b caches, four atomic words).  Each manager has an
+ * open-addressing table (linear probing) of 64-bit slots: EMPTY, a
+ * TOMBSTONE, or {32-bit tag of the hash's key, b + 1}.  Readers (hits) take
+ * no lock: inside an RCU read-side section they load the table pointer and
+ * probe from the key's home slot to the first EMPTY one.  Writers (commits,
+ * evictions, resets) hold the manager's store lock.  A slot goes EMPTY ->
+ * entry -> TOMBSTONE -> entry ... and never back to EMPTY while its table
+ * is published; an entry never moves.  So an entry present from a
+ * reader's start to its end is found: every slot between its home and it
+ * stays non-EMPTY.  A table full of tombstones is replaced under the lock
+ * by a rebuilt copy (published with a release store; the old one freed
+ * with call_rcu, after every reader that may probe it is done).
+ *
+ * What a reader finds may be stale (the block evicted since, or an old
+ * table): a slot is a hint, and the block's state word decides.  A cached
+ * block carries KVP_ST_CACHED (pool.h).  Registration (prefix_store,
+ * store lock, the caller holds the block): write hash[b] and owner[b],
+ * set CACHED with a release CAS, then publish the slot (release).
  *
  * The state word decides every race on a cached block, as one CAS:
  *
- *   CACHED|r -> CACHED|r+1    a hit (prefix_take), lock-free, inside an
- *                             RCU read-side section that found the node;
- *                             from r = 0 it revives an evictable block.
+ *   CACHED|r -> CACHED|r+1    a hit (prefix_take), lock-free; from r = 0
+ *                             it revives an evictable block.
  *   CACHED|r -> CACHED|r-1    a release (pool.c drop_shared); reaching 0,
  *                             the releaser links the block at the tail of
  *                             the evictable list (prefix_release).
@@ -23,18 +35,22 @@
  *                             list lock; a hit sees EVICTING (or, later,
  *                             no CACHED) and misses.
  *   CACHED|EVICTING -> 1      the evictor owns the block: uncached, held
- *                             once, handed to the allocation.
+ *                             once, handed to the allocation only after
+ *                             its slot is a tombstone.
  *
  * So a revival and an eviction of one block cannot both win: both are
- * CASes from CACHED|0.  A hit that lost to an eviction of its block and
- * then to a new registration of the same block id under another hash
- * (ABA) would see CACHED again; it checks owner[b] == the node it found
- * after its CAS.  The node cannot have been reused meanwhile (it is freed
- * with call_rcu, and the hit is inside a read-side section), the evictor
- * cleared owner[b] before the block was handed out, and the new owner was
- * stored before the new CACHED flag (release, paired with the hit's
- * acquire CAS).  A mismatch drops the reference just taken, as any
- * holder's release, and reports a miss.
+ * CASes from CACHED|0.  A hit whose block was evicted and then cached
+ * again (ABA: another registration, maybe under another hash or manager)
+ * would see CACHED again, so after its CAS (acquire: pairs with the
+ * registration's release) it checks owner[b] and hash[b] against what it
+ * looked for; a mismatch drops the reference just taken, as any holder's
+ * release, and reports a miss.  Once the CAS succeeded the hit holds b,
+ * so b cannot be evicted and registered again before the check: what the
+ * check reads is the registration whose CACHED the CAS saw (or a later one
+ * after a reset, which the check then rejects or, same hash and manager,
+ * rightly accepts).  hash[b] is read before the CAS too, to skip a CAS on
+ * a wrong block; that read may race with a new registration (atomic words:
+ * a torn value is only a mismatch), and the check after the CAS decides.
  *
  * CACHED is cleared only under the list lock (eviction, prefix_clear), so
  * under the lock a CACHED block is never on a free list and its next[]
@@ -48,18 +64,23 @@
  * Eviction is all or nothing: the evictor claims blocks from the head
  * (skipping held ones), and if it cannot claim n, restores every claim
  * and unlinks nothing, so a failed allocation changes nothing.  After the
- * claims it reports KVP_EVENT_REMOVED and only then deletes the node, so
- * the same hash cannot be stored again (add_unique fails while the node is
- * in the map) before its removal was reported: per hash, events are in
- * order.  The evictor stays in one RCU read-side section from before its
- * claims to after its deletions, so a manager being destroyed, which waits
- * for a grace period after clearing its map, outlives it.
+ * claims, per manager, it reports KVP_EVENT_REMOVED and only then, under
+ * the store lock, turns the slots into tombstones and clears owner[]:
+ * until then a commit of the same hash finds the slot and stores nothing,
+ * so per hash, events are in order (a reset skips blocks no longer
+ * CACHED: the evictor deletes their slots).  The evictor stays in one RCU
+ * read-side section from before its claims to after its deletions, so a
+ * manager being destroyed, which waits for a grace period after clearing
+ * its table, outlives it.
  *
  * evictable counts blocks in state CACHED|0: +1 by the release that took
  * a block to zero, -1 by whoever takes one from zero (a revival, an
  * eviction, prefix_clear).  Each pair is ordered on the state word, so the
  * count is exact at quiescence; while threads run it may lag by the
  * releases in flight.
+ *
+ * Lock order: a manager's event lock, its store lock, the pool's list
+ * lock.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -75,31 +96,19 @@
 
 #define KVP_UNLINKED 0xfffffffeu /* prev[b] of a block not in the list */
 
-/*
- * What a lookup reads is in the first cache line; the rest is written only
- * when the node goes.  Aligned: a node shares no line with other data
- * (a neighbour written by another thread made every hit miss).
- */
-struct prefix_node {
-	_Alignas(KVP_CACHELINE) struct cds_lfht_node node;
-	struct kvp_hash hash;	 /* immutable once published */
-	struct kvp_manager *mgr; /* immutable */
-	uint32_t block;		 /* immutable */
-	struct rcu_head rcu;
-	/* The evictor's list of nodes it took off owner[]: its own. */
-	struct prefix_node *evict_next;
-	/* Three lines, not two: consecutive nodes' hot lines then fall in
-	 * every L1 set, not only the even ones (which 256 nodes fill). */
-	char pad[KVP_CACHELINE];
+/* The hash a block caches: atomic words (a stale reader may read them
+ * while a new registration writes them). */
+struct prefix_hash {
+	_Atomic uint64_t w[4];
 };
-_Static_assert(offsetof(struct prefix_node, rcu) >= KVP_CACHELINE,
-	       "a lookup reads one line of a node");
 
 struct prefix_pool {
-	/* owner[b]: the node caching b, NULL if b is not cached.  Written
-	 * by the registering thread before CACHED (release), cleared under
-	 * the lock when CACHED is.  (The array pointers are read-only.) */
-	_Atomic(struct prefix_node *) *owner;
+	/* owner[b]: the manager caching b, NULL if none; hash[b]: the hash.
+	 * Written by the registering thread before CACHED (release); owner
+	 * cleared under the store lock when b's slot goes.  (The array
+	 * pointers are read-only.) */
+	_Atomic(struct kvp_manager *) *owner;
+	struct prefix_hash *hash;
 	uint32_t *prev; /* lock */
 	/* The evictable list (lock), least recently freed at head, on its
 	 * own cache line. */
@@ -116,6 +125,25 @@ struct prefix_pool {
 	_Atomic uint64_t cleared;
 };
 
+/*
+ * A manager's table.  Slots: EMPTY, TOMBSTONE, or {tag: 32, b + 1: 32}
+ * (b < KVP_MAX_BLOCKS, so b + 1 is never 0: a low word of 0 marks the two
+ * kinds of free slot).  The tag is the high half of the hash's key, and
+ * its low bits are the home slot, so a rebuild re-homes an entry from the
+ * slot alone (in order, without reading any block's hash), and tables
+ * have at most 2^32 slots.
+ */
+#define SLOT_EMPTY 0ull
+#define SLOT_TOMB (1ull << 32)
+#define KVP_TABLE_MAX (1ull << 32) /* slots */
+
+struct prefix_table {
+	uint64_t mask;	      /* slots - 1; immutable */
+	uint64_t live, dead;  /* entries, tombstones (store lock) */
+	struct rcu_head rcu;
+	_Atomic uint64_t slot[];
+};
+
 static inline uint32_t refs_of(uint32_t s)
 {
 	return s & KVP_ST_REFS_MASK;
@@ -125,6 +153,93 @@ static inline struct prefix_pool *pool_prefix(struct kvp_pool *pool)
 {
 	/* Acquire: pairs with prefix_pool_attach()'s release. */
 	return atomic_load_explicit(&pool->prefix, memory_order_acquire);
+}
+
+static inline bool slot_live(uint64_t v)
+{
+	return (uint32_t)v != 0;
+}
+
+static inline uint32_t slot_block(uint64_t v)
+{
+	return (uint32_t)v - 1;
+}
+
+static inline uint64_t slot_make(uint64_t key, uint32_t b)
+{
+	return (key & 0xffffffff00000000ull) | ((uint64_t)b + 1);
+}
+
+static inline bool slot_tag_is(uint64_t v, uint64_t key)
+{
+	return (v >> 32) == (key >> 32) && slot_live(v);
+}
+
+/* The home slot of a key (or of a live slot's entry). */
+static inline uint64_t home_of(uint64_t key, uint64_t mask)
+{
+	return (key >> 32) & mask;
+}
+
+/* ------------------------------------------------------------------ */
+/* Hashes                                                              */
+/* ------------------------------------------------------------------ */
+
+static inline void hash_words(const struct kvp_hash *h, uint64_t w[4])
+{
+	memcpy(w, h->b, 4 * sizeof(uint64_t));
+}
+
+static inline uint64_t rotl64(uint64_t x, unsigned r)
+{
+	return (x << r) | (x >> (64 - r));
+}
+
+/*
+ * The table key of a hash: all its words, mixed (callers may pass hashes
+ * of their own, not only uniform ones).  Its high 32 bits are the tag kept
+ * in the slot, and their low bits the home slot.
+ */
+static inline uint64_t key_of(const uint64_t w[4])
+{
+	uint64_t x = w[0] ^ rotl64(w[1], 17) ^ rotl64(w[2], 31) ^
+		     rotl64(w[3], 47);
+
+	/* murmur3's 64-bit finaliser. */
+	x ^= x >> 33;
+	x *= 0xff51afd7ed558ccdull;
+	x ^= x >> 33;
+	x *= 0xc4ceb9fe1a85ec53ull;
+	x ^= x >> 33;
+	return x;
+}
+
+/* Relaxed: see the argument at the top (a torn read only mismatches). */
+static inline bool hash_is(const struct prefix_pool *pp, uint32_t b,
+			   const uint64_t w[4])
+{
+	const struct prefix_hash *ph = &pp->hash[b];
+
+	return atomic_load_explicit(&ph->w[0], memory_order_relaxed) == w[0] &&
+	       atomic_load_explicit(&ph->w[1], memory_order_relaxed) == w[1] &&
+	       atomic_load_explicit(&ph->w[2], memory_order_relaxed) == w[2] &&
+	       atomic_load_explicit(&ph->w[3], memory_order_relaxed) == w[3];
+}
+
+static inline void hash_read(const struct prefix_pool *pp, uint32_t b,
+			     uint64_t w[4])
+{
+	for (int i = 0; i < 4; i++)
+		w[i] = atomic_load_explicit(&pp->hash[b].w[i],
+					    memory_order_relaxed);
+}
+
+static inline void hash_write(struct prefix_pool *pp, uint32_t b,
+			      const uint64_t w[4])
+{
+	for (int i = 0; i < 4; i++)
+		atomic_store_explicit(&pp->hash[b].w[i], w[i],
+				      memory_order_relaxed);
 }
 
 /* ------------------------------------------------------------------ */
@@ -233,10 +348,14 @@ int prefix_pool_attach(struct kvp_pool *pool)
 		return -ENOMEM;
 	memset(pp, 0, sizeof(*pp));
 	pp->owner = kvp_calloc(n, sizeof(*pp->owner));
+	/* Zeroed lazily by the system: a block's line is touched when it is
+	 * first cached. */
+	pp->hash = kvp_calloc(n, sizeof(*pp->hash));
 	pp->prev = kvp_malloc((size_t)n * sizeof(*pp->prev));
-	if (!pp->owner || !pp->prev ||
+	if (!pp->owner || !pp->hash || !pp->prev ||
 	    pthread_mutex_init(&pp->lock, NULL) != 0) {
 		kvp_free(pp->owner, (size_t)n * sizeof(*pp->owner));
+		kvp_free(pp->hash, (size_t)n * sizeof(*pp->hash));
 		kvp_free(pp->prev, (size_t)n * sizeof(*pp->prev));
 		kvp_free_aligned(pp, KVP_CACHELINE, sizeof(*pp));
 		return -ENOMEM;
@@ -264,6 +383,7 @@ void prefix_pool_free(struct kvp_pool *pool)
 		return;
 	pthread_mutex_destroy(&pp->lock);
 	kvp_free(pp->owner, (size_t)n * sizeof(*pp->owner));
+	kvp_free(pp->hash, (size_t)n * sizeof(*pp->hash));
 	kvp_free(pp->prev, (size_t)n * sizeof(*pp->prev));
 	kvp_free_aligned(pp, KVP_CACHELINE, sizeof(*pp));
 }
@@ -332,20 +452,29 @@ void prefix_unhit(struct kvp_pool *pool, const uint32_t *blocks, uint32_t n)
 /* Up to KVP_EVENT_BATCH hashes of one manager per REMOVED event. */
 #define KVP_EVENT_BATCH 16
 
-static void node_free_rcu(struct rcu_head *head)
+static void store_lock(struct kvp_manager *m)
 {
-	struct prefix_node *node =
-		caa_container_of(head, struct prefix_node, rcu);
-
-	kvp_rcu_reclaim_head(head);
-	kvp_free_aligned(node, KVP_CACHELINE, sizeof(*node));
-	kvp_rcu_callback_done();
+	kvp_check_pthread(pthread_mutex_lock(&m->prefix_lock));
 }
+
+static void store_unlock(struct kvp_manager *m)
+{
+	kvp_check_pthread(pthread_mutex_unlock(&m->prefix_lock));
+}
+
+static struct prefix_table *table_of(struct kvp_manager *m)
+{
+	/* Acquire: the slots as initialised before the table's publication
+	 * (readers); under the store lock the lock orders it anyway. */
+	return atomic_load_explicit(&m->prefix_table, memory_order_acquire);
+}
+
+static void table_delete(struct kvp_manager *m, struct prefix_pool *pp,
+			 uint32_t b);
 
 int prefix_evict(struct kvp_pool *pool, uint32_t n, uint32_t *ids)
 {
 	struct prefix_pool *pp = pool_prefix(pool);
-	struct prefix_node *gone = NULL, **tailp = &gone, *node;
 	uint32_t got = 0, b;
 
 	/* Relaxed: a count; a stale one only fails or tries early. */
@@ -383,7 +512,7 @@ int prefix_evict(struct kvp_pool *pool, uint32_t n, uint32_t *ids)
 	}
 	/* Held blocks passed on the way leave the list (their holders
 	 * relink them at release); the claimed ones become ours: uncached,
-	 * held once, their nodes taken off owner[] (in list order). */
+	 * held once.  Their slots and owner[] go below. */
 	for (uint32_t x = pp->head; x != ids[got - 1];) {
 		uint32_t nx = link_next(pool, x);
 
@@ -396,38 +525,39 @@ int prefix_evict(struct kvp_pool *pool, uint32_t n, uint32_t *ids)
 		list_unlink(pool, pp, ids[i]);
 		atomic_store_explicit(&pool->state[ids[i]], 1,
 				      memory_order_relaxed);
-		/* Acquire: the node as its registrar filled it in. */
-		node = atomic_exchange_explicit(&pp->owner[ids[i]], NULL,
-						memory_order_acquire);
-		node->evict_next = NULL;
-		*tailp = node;
-		tailp = &node->evict_next;
 	}
 	atomic_fetch_sub_explicit(&pp->evictable, got, memory_order_relaxed);
 	atomic_fetch_add_explicit(&pp->evictions, got, memory_order_relaxed);
 	pp_unlock(pp);
-	/* Per run of one manager's nodes: report, then delete, under its
+	/* Per run of one manager's blocks: report, then delete, under its
 	 * event lock (see the argument at the top). */
-	while (gone) {
-		struct kvp_manager *m = gone->mgr;
+	for (uint32_t i = 0; i < got;) {
+		/* Acquire: the manager and hash as their registrar wrote them
+		 * (the blocks are ours now: nobody else writes them). */
+		struct kvp_manager *m = atomic_load_explicit(
+			&pp->owner[ids[i]], memory_order_acquire);
 		struct kvp_hash hashes[KVP_EVENT_BATCH];
 		uint32_t k = 0;
 
-		for (node = gone; node && node->mgr == m && k < KVP_EVENT_BATCH;
-		     node = node->evict_next)
-			hashes[k++] = node->hash;
+		while (i + k < got && k < KVP_EVENT_BATCH &&
+		       atomic_load_explicit(&pp->owner[ids[i + k]],
+					    memory_order_relaxed) == m) {
+			uint64_t w[4];
+
+			hash_read(pp, ids[i + k], w);
+			memcpy(hashes[k].b, w, sizeof(w));
+			k++;
+		}
 		event_lock(m);
 		prefix_emit(m, KVP_EVENT_REMOVED, hashes, k, NULL);
-		for (uint32_t j = 0; j < k; j++) {
-			node = gone;
-			gone = node->evict_next;
-			if (cds_lfht_del(m->prefix_map, &node->node))
-				kvp_fatal("an evicted block's node was missing");
-			kvp_rcu_call(&node->rcu, node_free_rcu);
-		}
+		store_lock(m);
+		for (uint32_t j = 0; j < k; j++)
+			table_delete(m, pp, ids[i + j]);
+		store_unlock(m);
 		event_unlock(m);
 		mgr_stat_add(m, prefix_cached, -(int64_t)k);
 		mgr_stat_add(m, prefix_evictions, k);
+		i += k;
 	}
 	kvp_rcu_read_unlock();
 	return 0;
@@ -525,7 +655,7 @@ int prefix_check_pool(struct kvp_pool *pool)
 		if (cached != (atomic_load_explicit(&pp->owner[b],
 						    memory_order_relaxed) !=
 			       NULL))
-			check_fail("block %u: cached flag and owner node "
+			check_fail("block %u: cached flag and owner "
 				   "disagree\n",
 				   b);
 		if (!cached && list_linked(pp, b))
@@ -549,102 +679,234 @@ int prefix_check_pool(struct kvp_pool *pool)
 }
 
 /* ------------------------------------------------------------------ */
-/* Manager side: the map                                               */
+/* Manager side: the table                                             */
 /* ------------------------------------------------------------------ */
 
-static unsigned long hash_key(const struct kvp_hash *h)
-{
-	unsigned long k;
+#define KVP_TABLE_MIN 64ull	      /* slots */
+#define KVP_TABLE_INIT_MAX (1ull << 16) /* slots a new table starts with */
 
-	/* Block hashes are uniform (SHA-256, keyed XXH3): any word will do. */
-	memcpy(&k, h->b, sizeof(k));
-	return k;
+static size_t table_bytes(uint64_t slots)
+{
+	return sizeof(struct prefix_table) + slots * sizeof(uint64_t);
 }
 
-static int node_match(struct cds_lfht_node *ht_node, const void *key)
+/* A table of `slots` EMPTY slots (a power of two), or NULL. */
+static struct prefix_table *table_new(uint64_t slots)
 {
-	struct prefix_node *node =
-		caa_container_of(ht_node, struct prefix_node, node);
+	struct prefix_table *t = kvp_malloc(table_bytes(slots));
 
-	/* Pairs with kvp_rcu_publish() in prefix_register. */
-	kvp_rcu_found(node);
-	return memcmp(&node->hash, key, sizeof(node->hash)) == 0;
+	if (!t)
+		return NULL;
+	/* Written, not calloc'd: a fresh page first read (a probe) maps the
+	 * shared zero page, and the write after it must flush that mapping
+	 * from every CPU running the process (an IPI each, in a VM several
+	 * microseconds).  Zeroes are EMPTY slots. */
+	memset(t, 0, table_bytes(slots));
+	t->mask = slots - 1;
+	return t;
 }
 
-/*
- * Buckets to start with.  A map never holds more nodes than the pool has
- * blocks (a node caches one block), so a table of about that many buckets
- * keeps chains short without waiting for rculfhash's lazy growth, which
- * lets the load reach 8 nodes per bucket (a cache miss each) before it
- * resizes.  Capped, so a huge pool does not pay megabytes up front; the
- * table still grows past the cap (and shrinks to 64) on its own.
- */
-#define KVP_PREFIX_MAP_MAX_INIT (1ul << 20)
-
-static unsigned long prefix_map_buckets(uint32_t num_blocks)
+static void table_free(struct prefix_table *t)
 {
-	unsigned long n = 64;
+	if (t)
+		kvp_free(t, table_bytes(t->mask + 1));
+}
 
-	while (n < num_blocks && n < KVP_PREFIX_MAP_MAX_INIT)
+static void table_free_rcu(struct rcu_head *head)
+{
+	struct prefix_table *t =
+		caa_container_of(head, struct prefix_table, rcu);
+
+	kvp_rcu_reclaim_head(head);
+	table_free(t);
+	kvp_rcu_callback_done();
+}
+
+/* Slots for a table that will hold `live` entries: at most a quarter
+ * full, so that it takes another quarter of inserts before a rebuild. */
+static uint64_t table_slots_for(uint64_t live)
+{
+	uint64_t n = KVP_TABLE_MIN;
+
+	while (n < 4 * live && n < KVP_TABLE_MAX)
 		n <<= 1;
 	return n;
 }
 
+/* Whether one more entry or tombstone would leave t too full: half full,
+ * or 7/8 for the largest table (2^31 blocks at most: half of it). */
+static bool table_too_full(const struct prefix_table *t, uint64_t limit8)
+{
+	return (t->live + t->dead + 1) * 8 > (t->mask + 1) * limit8;
+}
+
+/* Where b's entry is in t (store lock, b's hash readable), or -1. */
+static int64_t table_find_block(const struct prefix_table *t,
+				const struct prefix_pool *pp, uint32_t b)
+{
+	uint64_t w[4], key, i;
+
+	hash_read(pp, b, w);
+	key = key_of(w);
+	i = home_of(key, t->mask);
+	for (uint64_t probes = 0; probes <= t->mask; probes++) {
+		uint64_t v = atomic_load_explicit(&t->slot[i],
+						  memory_order_relaxed);
+
+		if (v == SLOT_EMPTY)
+			break;
+		if (slot_live(v) && slot_block(v) == b)
+			return (int64_t)i;
+		i = (i + 1) & t->mask;
+	}
+	return -1;
+}
+
+/* Turns b's slot into a tombstone and forgets b's owner (store lock). */
+static void table_delete(struct kvp_manager *m, struct prefix_pool *pp,
+			 uint32_t b)
+{
+	struct prefix_table *t = table_of(m);
+	int64_t i = table_find_block(t, pp, b);
+
+	if (i < 0)
+		kvp_fatal("a cached block's slot was missing");
+	/* Relaxed: a reader that reads the old entry is stale anyway (the
+	 * state word decides). */
+	atomic_store_explicit(&t->slot[i], SLOT_TOMB, memory_order_relaxed);
+	t->live--;
+	t->dead++;
+	atomic_store_explicit(&pp->owner[b], NULL, memory_order_relaxed);
+}
+
+/* Puts live slot value v into a fresh table (no tombstones, nothing else
+ * writing it). */
+static void table_place(struct prefix_table *t, uint64_t v)
+{
+	uint64_t i = home_of(v, t->mask);
+
+	while (atomic_load_explicit(&t->slot[i], memory_order_relaxed) !=
+	       SLOT_EMPTY)
+		i = (i + 1) & t->mask;
+	atomic_store_explicit(&t->slot[i], v, memory_order_relaxed);
+	t->live++;
+}
+
+/*
+ * Replaces m's table by a copy without tombstones, sized for its entries
+ * (store lock).  Readers go on probing the old one until they are done.
+ * Returns 0 or -ENOMEM (the old table stays).
+ */
+static int table_rebuild(struct kvp_manager *m, uint64_t slots)
+{
+	struct prefix_table *old = table_of(m), *t = table_new(slots);
+
+	if (!t)
+		return -ENOMEM;
+	/* In slot order: the writes go to a few sequential streams. */
+	for (uint64_t i = 0; i <= old->mask; i++) {
+		uint64_t v = atomic_load_explicit(&old->slot[i],
+						  memory_order_relaxed);
+
+		if (slot_live(v))
+			table_place(t, v);
+	}
+	/* Release: the slots before the pointer (table_of's acquire). */
+	atomic_store_explicit(&m->prefix_table, t, memory_order_release);
+	kvp_rcu_call(&old->rcu, table_free_rcu);
+	return 0;
+}
+
 int prefix_map_init(struct kvp_manager *m)
 {
+	uint64_t slots = table_slots_for(m->pool->num_blocks);
+	struct prefix_table *t;
+
+	if (slots > KVP_TABLE_INIT_MAX)
+		slots = KVP_TABLE_INIT_MAX;
 	if (pthread_mutex_init(&m->event_lock, NULL) != 0)
 		return -ENOMEM;
-	if (kvp_fault_point(sizeof(struct cds_lfht *))) {
-		/* Test builds: as if liburcu had no memory. */
+	if (pthread_mutex_init(&m->prefix_lock, NULL) != 0) {
 		pthread_mutex_destroy(&m->event_lock);
 		return -ENOMEM;
 	}
-	m->prefix_map = cds_lfht_new_flavor(
-		prefix_map_buckets(m->pool->num_blocks), 64, 0,
-		CDS_LFHT_AUTO_RESIZE | CDS_LFHT_ACCOUNTING, &urcu_memb_flavor,
-		NULL);
-	if (!m->prefix_map) {
+	t = table_new(slots);
+	if (!t) {
+		pthread_mutex_destroy(&m->prefix_lock);
 		pthread_mutex_destroy(&m->event_lock);
 		return -ENOMEM;
 	}
+	atomic_init(&m->prefix_table, t);
 	return 0;
 }
 
 void prefix_map_fini(struct kvp_manager *m)
 {
-	if (!m->prefix_map)
+	struct prefix_table *t = atomic_load_explicit(&m->prefix_table,
+						      memory_order_relaxed);
+
+	if (!t)
 		return;
 	if (pool_prefix(m->pool)) /* else it never got one: nothing cached */
 		(void)prefix_clear(m, true);
-	/* Wait for evictors still reporting on our nodes (see the top),
-	 * then for the nodes' reclamation. */
+	/* Wait for evictors still deleting our slots (see the top), then
+	 * for old tables' reclamation. */
 	urcu_memb_synchronize_rcu();
 	kvp_rcu_barrier();
-	if (cds_lfht_destroy(m->prefix_map, NULL) != 0)
-		kvp_fatal("cds_lfht_destroy on a non-empty prefix map");
-	m->prefix_map = NULL;
+	t = atomic_load_explicit(&m->prefix_table, memory_order_relaxed);
+	if (t->live != 0)
+		kvp_fatal("a destroyed manager's prefix table is not empty");
+	table_free(t);
+	atomic_store_explicit(&m->prefix_table, NULL, memory_order_relaxed);
+	pthread_mutex_destroy(&m->prefix_lock);
 	pthread_mutex_destroy(&m->event_lock);
 }
 
-static struct prefix_node *map_lookup(struct kvp_manager *m,
-				      const struct kvp_hash *h)
+/*
+ * Read side: the first entry of t from `from` on whose tag is key's; its
+ * slot in *at.  KVP_NIL at an EMPTY slot (a miss).
+ */
+static uint32_t probe_tag(const struct prefix_table *t, uint64_t key,
+			  uint64_t from, uint64_t *at)
 {
-	struct cds_lfht_iter it;
-	struct cds_lfht_node *n;
+	uint64_t i = from;
 
-	cds_lfht_lookup(m->prefix_map, hash_key(h), node_match, h, &it);
-	n = cds_lfht_iter_get_node(&it);
-	return n ? caa_container_of(n, struct prefix_node, node) : NULL;
+	for (uint64_t probes = 0; probes <= t->mask; probes++) {
+		/* Acquire: the block's hash as its registrar wrote it
+		 * (pairs with prefix_store's release). */
+		uint64_t v = atomic_load_explicit(&t->slot[i],
+						  memory_order_acquire);
+
+		if (v == SLOT_EMPTY)
+			break;
+		if (slot_tag_is(v, key)) {
+			*at = i;
+			return slot_block(v);
+		}
+		i = (i + 1) & t->mask;
+	}
+	return KVP_NIL;
+}
+
+/* Read side: the block whose slot in t holds the hash w, or KVP_NIL. */
+static uint32_t lookup(const struct prefix_table *t,
+		       const struct prefix_pool *pp, uint64_t key,
+		       const uint64_t w[4], uint32_t b, uint64_t at)
+{
+	/* b at slot `at`: the first candidate, found by probe_tag. */
+	while (b != KVP_NIL && !hash_is(pp, b, w))
+		b = probe_tag(t, key, (at + 1) & t->mask, &at);
+	return b;
 }
 
 /*
- * Read side: a reference on node's block if it still caches it; *revived
- * counts the blocks it took from zero.
+ * Read side: a reference on b if it is cached by m under hash w;
+ * *revived counts the blocks it took from zero.
  */
-static bool take_one(struct kvp_pool *pool, struct prefix_pool *pp,
-		     struct prefix_node *node, uint32_t *revived)
+static bool take_one(struct kvp_manager *m, struct prefix_pool *pp,
+		     uint32_t b, const uint64_t w[4], uint32_t *revived)
 {
-	uint32_t b = node->block;
+	struct kvp_pool *pool = m->pool;
 	_Atomic uint32_t *st = &pool->state[b];
 	uint32_t s = atomic_load_explicit(st, memory_order_relaxed);
 
@@ -652,13 +914,15 @@ static bool take_one(struct kvp_pool *pool, struct prefix_pool *pp,
 		if (!(s & KVP_ST_CACHED) || (s & KVP_ST_EVICTING) ||
 		    refs_of(s) == KVP_MAX_REFS)
 			return false;
-		/* Acquire: the block's data and owner[b] as published by
-		 * its registration and its holders' releases. */
+		/* Acquire: the block's data, owner and hash as published by
+		 * its registration and its holders' releases.  Release: our
+		 * earlier reads of hash[b] happen before an eviction's claim
+		 * (which must follow our release of the block). */
 	} while (!atomic_compare_exchange_weak_explicit(
-		st, &s, s + 1, memory_order_acquire, memory_order_relaxed));
+		st, &s, s + 1, memory_order_acq_rel, memory_order_relaxed));
 	*revived += refs_of(s) == 0;
-	if (atomic_load_explicit(&pp->owner[b], memory_order_acquire) !=
-	    node) {
+	if (atomic_load_explicit(&pp->owner[b], memory_order_relaxed) != m ||
+	    !hash_is(pp, b, w)) {
 		/* ABA: evicted and cached again under another hash. */
 		(void)kvp_pool_free(pool, &b, 1);
 		return false;
@@ -673,28 +937,47 @@ uint32_t prefix_take(struct kvp_manager *m, const struct kvp_hash *hashes,
 {
 	struct kvp_pool *pool = m->pool;
 	struct prefix_pool *pp = pool_prefix(pool);
-	struct prefix_node *nodes[KVP_TAKE_CHUNK];
+	const struct prefix_table *t;
+	uint64_t key[KVP_TAKE_CHUNK], at[KVP_TAKE_CHUNK];
+	uint32_t cand[KVP_TAKE_CHUNK];
 	uint32_t i = 0, revived = 0;
 
 	kvp_rcu_read_lock();
-	/* In chunks: first the lookups (reads), asking for each block's
-	 * state line in exclusive mode as its node is found, so that the
-	 * lines other threads hold travel in parallel; then the CASes. */
+	t = table_of(m);
+	/* In chunks, in three passes, so that the cache misses of a chunk
+	 * overlap: the keys (prefetching their home slots), the probes
+	 * (prefetching each candidate's hash and, for writing, its state
+	 * word: lines other threads may hold), then the checks and CASes. */
 	while (i < n) {
-		uint32_t k = 0, j;
+		uint32_t k = n - i < KVP_TAKE_CHUNK ? n - i : KVP_TAKE_CHUNK;
+		uint32_t j;
 
-		while (k < KVP_TAKE_CHUNK && i + k < n) {
-			struct prefix_node *node = map_lookup(m, &hashes[i + k]);
+		for (j = 0; j < k; j++) {
+			uint64_t w[4];
 
-			if (!node)
-				break;
-			__builtin_prefetch(&pool->state[node->block], 1);
-			nodes[k++] = node;
+			hash_words(&hashes[i + j], w);
+			key[j] = key_of(w);
+			__builtin_prefetch(&t->slot[home_of(key[j], t->mask)],
+					   0);
 		}
 		for (j = 0; j < k; j++) {
-			if (!take_one(pool, pp, nodes[j], &revived))
+			cand[j] = probe_tag(t, key[j],
+					    home_of(key[j], t->mask), &at[j]);
+			if (cand[j] == KVP_NIL)
 				break;
-			blocks[i + j] = nodes[j]->block;
+			__builtin_prefetch(&pp->hash[cand[j]], 0);
+			__builtin_prefetch(&pool->state[cand[j]], 1);
+		}
+		k = j; /* a miss ends the prefix */
+		for (j = 0; j < k; j++) {
+			uint64_t w[4];
+			uint32_t b;
+
+			hash_words(&hashes[i + j], w);
+			b = lookup(t, pp, key[j], w, cand[j], at[j]);
+			if (b == KVP_NIL || !take_one(m, pp, b, w, &revived))
+				break;
+			blocks[i + j] = b;
 		}
 		i += j;
 		if (j < KVP_TAKE_CHUNK)
@@ -711,112 +994,142 @@ uint32_t prefix_take(struct kvp_manager *m, const struct kvp_hash *hashes,
 	return i;
 }
 
-int prefix_register(struct kvp_manager *m, uint32_t b,
-		    const struct kvp_hash *h)
+void prefix_store_begin(struct kvp_manager *m)
+{
+	event_lock(m);
+	store_lock(m);
+}
+
+void prefix_store_end(struct kvp_manager *m)
+{
+	store_unlock(m);
+	event_unlock(m);
+}
+
+void prefix_store_prefetch(struct kvp_manager *m, uint32_t b,
+			   const struct kvp_hash *h)
+{
+	/* Relaxed: only an address; the lock holder's table. */
+	struct prefix_table *t =
+		atomic_load_explicit(&m->prefix_table, memory_order_relaxed);
+	struct prefix_pool *pp = pool_prefix(m->pool);
+	uint64_t w[4];
+
+	hash_words(h, w);
+	__builtin_prefetch(&t->slot[home_of(key_of(w), t->mask)], 1);
+	__builtin_prefetch(&pp->hash[b], 1);
+	__builtin_prefetch(&pp->owner[b], 1);
+	__builtin_prefetch(&m->pool->state[b], 1);
+}
+
+int prefix_store(struct kvp_manager *m, uint32_t b, const struct kvp_hash *h)
 {
 	struct kvp_pool *pool = m->pool;
 	struct prefix_pool *pp = pool_prefix(pool);
 	_Atomic uint32_t *st = &pool->state[b];
-	struct prefix_node *node, *none = NULL;
-	struct cds_lfht_node *got;
+	struct prefix_table *t = table_of(m);
+	uint64_t w[4], key, i, tomb = UINT64_MAX;
 	uint32_t s;
 
-	/* Relaxed: a hint; the CAS on owner[b] decides. */
+	/* Relaxed: owner[] of a block m's sequences hold changes only under
+	 * m's store lock, which we hold. */
 	if (atomic_load_explicit(&pp->owner[b], memory_order_relaxed))
 		return 0; /* a fork's sibling registered it */
-	node = kvp_malloc_aligned(KVP_CACHELINE, sizeof(*node));
-	if (!node)
-		return -ENOMEM;
-	node->hash = *h;
-	node->mgr = m;
-	node->block = b;
-	node->evict_next = NULL;
-	/* Two sequences sharing b may commit it at once: one wins owner[b].
-	 * Release: the node's fields, for the evictor's acquire exchange
-	 * (hits are ordered by the CACHED CAS below). */
-	if (!atomic_compare_exchange_strong_explicit(&pp->owner[b], &none,
-						     node, memory_order_release,
-						     memory_order_relaxed)) {
-		kvp_free_aligned(node, KVP_CACHELINE, sizeof(*node));
-		return 0;
+	if (table_too_full(t, t->mask + 1 < KVP_TABLE_MAX ? 4 : 7)) {
+		/* Rebuild (and grow if the entries need it).  Without
+		 * memory, go on up to 7/8 full (probes must meet EMPTY). */
+		if (table_rebuild(m, table_slots_for(t->live)) == 0)
+			t = table_of(m);
+		else if (table_too_full(t, 7))
+			return -ENOMEM;
 	}
-	/* Release: owner[b] and the block's data before CACHED (pairs with
-	 * take_one's acquire CAS).  Only holders change the count now. */
+	hash_words(h, w);
+	key = key_of(w);
+	i = home_of(key, t->mask);
+	for (;;) {
+		uint64_t v = atomic_load_explicit(&t->slot[i],
+						  memory_order_relaxed);
+
+		if (v == SLOT_EMPTY)
+			break;
+		if (v == SLOT_TOMB) {
+			if (tomb == UINT64_MAX)
+				tomb = i;
+		} else if (slot_tag_is(v, key) &&
+			   hash_is(pp, slot_block(v), w)) {
+			return 0; /* another block caches h: no merge */
+		}
+		i = (i + 1) & t->mask;
+	}
+	if (tomb != UINT64_MAX) {
+		i = tomb;
+		t->dead--;
+	}
+	hash_write(pp, b, w);
+	atomic_store_explicit(&pp->owner[b], m, memory_order_relaxed);
+	/* Release: hash[b], owner[b] and the block's data before CACHED
+	 * (pairs with take_one's acquire CAS).  Only holders change the
+	 * count now. */
 	s = atomic_load_explicit(st, memory_order_relaxed);
 	while (!atomic_compare_exchange_weak_explicit(
 		st, &s, s | KVP_ST_CACHED, memory_order_release,
 		memory_order_relaxed))
 		;
-	kvp_rcu_read_lock();
-	kvp_rcu_publish(node);
-	got = cds_lfht_add_unique(m->prefix_map, hash_key(h), node_match, h,
-				  &node->node);
-	kvp_rcu_read_unlock();
-	if (got == &node->node) {
-		mgr_stat_add(m, prefix_cached, 1);
-		return 1;
-	}
-	/* Another block caches h: undo (nobody could find ours).  Under the
-	 * lock, as every clearing of CACHED. */
-	pp_lock(pp);
-	s = atomic_load_explicit(st, memory_order_relaxed);
-	while (!atomic_compare_exchange_weak_explicit(
-		st, &s, s & ~KVP_ST_CACHED, memory_order_relaxed,
-		memory_order_relaxed))
-		;
-	atomic_store_explicit(&pp->owner[b], NULL, memory_order_relaxed);
-	list_unlink(pool, pp, b); /* a release may have linked it */
-	pp_unlock(pp);
-	kvp_free_aligned(node, KVP_CACHELINE, sizeof(*node));
-	return 0;
+	/* Release: hash[b] before the entry (probe_tag's acquire). */
+	atomic_store_explicit(&t->slot[i], slot_make(key, b),
+			      memory_order_release);
+	t->live++;
+	mgr_stat_add(m, prefix_cached, 1);
+	return 1;
 }
 
 int prefix_clear(struct kvp_manager *m, bool force)
 {
 	struct kvp_pool *pool = m->pool;
 	struct prefix_pool *pp = pool_prefix(pool);
-	struct cds_lfht_iter it;
-	struct cds_lfht_node *n;
+	struct prefix_table *t;
 	uint32_t first = KVP_NIL, last = KVP_NIL, nfreed = 0;
 
-	kvp_rcu_read_lock();
+	store_lock(m);
 	pp_lock(pp);
-	if (!force) {
-		cds_lfht_for_each(m->prefix_map, &it, n)
-		{
-			struct prefix_node *node = caa_container_of(
-				n, struct prefix_node, node);
+	t = table_of(m);
+	for (uint64_t i = 0; !force && i <= t->mask; i++) {
+		uint64_t v = atomic_load_explicit(&t->slot[i],
+						  memory_order_relaxed);
+		uint32_t s;
 
-			/* Pairs with kvp_rcu_publish() in prefix_register. */
-			kvp_rcu_found(node);
-			if (refs_of(atomic_load_explicit(
-				    &pool->state[node->block],
-				    memory_order_relaxed))) {
-				pp_unlock(pp);
-				kvp_rcu_read_unlock();
-				return -EBUSY;
-			}
+		if (!slot_live(v))
+			continue;
+		s = atomic_load_explicit(&pool->state[slot_block(v)],
+					 memory_order_relaxed);
+		/* Held; or not CACHED: an evictor's, which has yet to report
+		 * it removed (a CLEARED now would come before that REMOVED). */
+		if (refs_of(s)) {
+			pp_unlock(pp);
+			store_unlock(m);
+			return -EBUSY;
 		}
 	}
-	cds_lfht_for_each(m->prefix_map, &it, n)
-	{
-		struct prefix_node *node =
-			caa_container_of(n, struct prefix_node, node);
+	for (uint64_t i = 0; i <= t->mask; i++) {
+		uint64_t v = atomic_load_explicit(&t->slot[i],
+						  memory_order_relaxed);
 		uint32_t b, s, nw;
 		_Atomic uint32_t *st;
 
-		kvp_rcu_found(node);
-		b = node->block;
-		if (atomic_load_explicit(&pp->owner[b],
-					 memory_order_relaxed) != node)
-			continue; /* an evictor took it: it deletes the node */
+		if (!slot_live(v))
+			continue;
+		b = slot_block(v);
 		st = &pool->state[b];
 		s = atomic_load_explicit(st, memory_order_relaxed);
+		/* Relaxed: CACHED only changes under the list lock. */
+		if (!(s & KVP_ST_CACHED))
+			continue; /* an evictor took it: it deletes the slot */
 		/* A racing hit may take a reference until our CAS: then the
-		 * block stays with its holder, uncached (the hit sees owner
-		 * cleared and drops it).  An evictable block becomes an
-		 * ordinary free one.  Acquire: its releasers' writes happen
-		 * before its next allocation (our push below releases). */
+		 * block stays with its holder, uncached (the hit's check
+		 * sees owner cleared and drops it).  An evictable block
+		 * becomes an ordinary free one.  Acquire: its releasers'
+		 * writes happen before its next allocation (our push below
+		 * releases). */
 		do {
 			nw = s & ~KVP_ST_CACHED;
 		} while (!atomic_compare_exchange_weak_explicit(
@@ -825,6 +1138,10 @@ int prefix_clear(struct kvp_manager *m, bool force)
 		list_unlink(pool, pp, b);
 		atomic_store_explicit(&pp->owner[b], NULL,
 				      memory_order_relaxed);
+		atomic_store_explicit(&t->slot[i], SLOT_TOMB,
+				      memory_order_relaxed);
+		t->live--;
+		t->dead++;
 		if (refs_of(s) == 0) {
 			atomic_fetch_sub_explicit(&pp->evictable, 1,
 						  memory_order_relaxed);
@@ -837,13 +1154,14 @@ int prefix_clear(struct kvp_manager *m, bool force)
 			first = b;
 			nfreed++;
 		}
-		if (cds_lfht_del(m->prefix_map, n))
-			kvp_fatal("a cached block's node was missing");
 		mgr_stat_add(m, prefix_cached, -1);
-		kvp_rcu_call(&node->rcu, node_free_rcu);
 	}
 	pp_unlock(pp);
-	kvp_rcu_read_unlock();
+	/* Emptied: start again from a small table (or keep this one, its
+	 * tombstones, if there is no memory). */
+	if (t->live == 0 && t->mask + 1 > KVP_TABLE_MIN)
+		(void)table_rebuild(m, KVP_TABLE_MIN);
+	store_unlock(m);
 	/* Free all along (evictable, then on the stack): one push, and
 	 * neither an allocation nor a free for the pool's counts. */
 	if (nfreed)
@@ -872,34 +1190,71 @@ void prefix_emit(struct kvp_manager *m, enum kvp_event_type type,
 	m->event_cb(&ev, m->event_arg);
 }
 
+#define mgr_check_fail(...)                                                  \
+	do {                                                                 \
+		fprintf(stderr, "kvp_manager_check: " __VA_ARGS__);          \
+		err = -EFAULT;                                               \
+	} while (0)
+
 int prefix_check_manager(struct kvp_manager *m, uint64_t *nodes)
 {
 	struct kvp_pool *pool = m->pool;
 	struct prefix_pool *pp = pool_prefix(pool);
-	struct cds_lfht_iter it;
-	struct cds_lfht_node *n;
+	struct prefix_table *t;
+	uint64_t live = 0, dead = 0;
 	int err = 0;
 
-	if (!m->prefix_map)
+	if (!atomic_load_explicit(&m->prefix_table, memory_order_relaxed) ||
+	    !pp)
 		return 0;
-	kvp_rcu_read_lock();
-	cds_lfht_for_each(m->prefix_map, &it, n)
-	{
-		struct prefix_node *node =
-			caa_container_of(n, struct prefix_node, node);
+	store_lock(m);
+	t = table_of(m);
+	for (uint64_t i = 0; i <= t->mask; i++) {
+		uint64_t v = atomic_load_explicit(&t->slot[i],
+						  memory_order_relaxed);
+		uint64_t w[4], key, at = 0;
+		uint32_t b, first, found;
 
-		kvp_rcu_found(node);
-		(*nodes)++;
-		if (node->block >= pool->num_blocks ||
-		    atomic_load_explicit(&pp->owner[node->block],
-					 memory_order_relaxed) != node) {
-			fprintf(stderr,
-				"kvp_manager_check: a prefix node's block %u "
-				"does not point back to it\n",
-				node->block);
-			err = -EFAULT;
+		if (v == SLOT_TOMB)
+			dead++;
+		if (!slot_live(v))
+			continue;
+		live++;
+		b = slot_block(v);
+		if (b >= pool->num_blocks) {
+			mgr_check_fail("prefix slot %" PRIu64
+				       " holds block %u, out of range\n",
+				       i, b);
+			continue;
 		}
+		if (atomic_load_explicit(&pp->owner[b],
+					 memory_order_relaxed) != m ||
+		    !(atomic_load_explicit(&pool->state[b],
+					   memory_order_relaxed) &
+		      KVP_ST_CACHED))
+			mgr_check_fail("prefix block %u is not cached by its "
+				       "manager\n",
+				       b);
+		/* Reachable from its home, and the first of its hash. */
+		hash_read(pp, b, w);
+		key = key_of(w);
+		if (slot_make(key, b) != v)
+			mgr_check_fail("prefix slot %" PRIu64
+				       ": the tag is not block %u's\n",
+				       i, b);
+		first = probe_tag(t, key, home_of(key, t->mask), &at);
+		found = lookup(t, pp, key, w, first, at);
+		if (found != b)
+			mgr_check_fail("prefix block %u (slot %" PRIu64
+				       ") cannot be found by its hash: %u "
+				       "found (at %" PRIu64 ")\n",
+				       b, i, found, at);
 	}
-	kvp_rcu_read_unlock();
+	if (live != t->live || dead != t->dead)
+		mgr_check_fail("prefix table counts %" PRIu64 " entries, %" PRIu64
+			       " tombstones; found %" PRIu64 ", %" PRIu64 "\n",
+			       t->live, t->dead, live, dead);
+	store_unlock(m);
+	*nodes += live;
 	return err;
 }

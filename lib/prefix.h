@@ -8,13 +8,15 @@
  *   operation               may run concurrently with     note
  *   ----------------------  ----------------------------  ----------------
  *   prefix_take             everything                    lock-free (RCU
- *                                                         section, one CAS)
+ *                                                         section, one CAS
+ *                                                         per block)
  *   prefix_release,         each other, prefix_take,      the pool's
- *   prefix_unhit,           prefix_register               evictable-list
+ *   prefix_unhit,           prefix_store                  evictable-list
  *   prefix_evict,                                         lock
  *   prefix_clear
- *   prefix_register         everything                    caller holds the
- *                                                         block (seq lock)
+ *   prefix_store,           prefix_take, the pool side,   the manager's
+ *   prefix_clear,           other managers                store lock
+ *   prefix_evict's deletions
  *   prefix_check*           nothing on the pool           quiescence
  */
 #ifndef KVP_PREFIX_H
@@ -27,7 +29,6 @@
 
 struct kvp_pool;
 struct kvp_manager;
-struct prefix_node;
 
 /* ---- pool side ---- */
 
@@ -69,7 +70,7 @@ int prefix_check_pool(struct kvp_pool *pool);
 
 int prefix_map_init(struct kvp_manager *m);
 /* Forgets every cached block of m (as prefix_clear with force) and frees
- * the map; no other thread may use m. */
+ * the table; no other thread may use m. */
 void prefix_map_fini(struct kvp_manager *m);
 
 /*
@@ -88,12 +89,18 @@ uint32_t prefix_take(struct kvp_manager *m, const struct kvp_hash *hashes,
 void prefix_unhit(struct kvp_pool *pool, const uint32_t *blocks, uint32_t n);
 
 /*
- * Caches block b (held by the caller, full) under hash h.  Returns 1 if
- * registered, 0 if b is already cached or another block caches h, or
- * -ENOMEM.
+ * A commit: prefix_store_begin takes m's event and store locks (in that
+ * order), prefix_store_end drops them.  In between, prefix_store caches
+ * block b (held by the caller, full) under hash h: returns 1 if stored, 0
+ * if b is already cached or another block caches h, or -ENOMEM (nothing
+ * changed).  prefix_store_prefetch asks for the lines a later
+ * prefix_store(m, b, h) will write.
  */
-int prefix_register(struct kvp_manager *m, uint32_t b,
-		    const struct kvp_hash *h);
+void prefix_store_begin(struct kvp_manager *m);
+void prefix_store_end(struct kvp_manager *m);
+int prefix_store(struct kvp_manager *m, uint32_t b, const struct kvp_hash *h);
+void prefix_store_prefetch(struct kvp_manager *m, uint32_t b,
+			   const struct kvp_hash *h);
 
 /*
  * Forgets every cached block of m: evictable ones go back to the free
@@ -103,7 +110,7 @@ int prefix_register(struct kvp_manager *m, uint32_t b,
  */
 int prefix_clear(struct kvp_manager *m, bool force);
 
-/* Around a commit: orders its STORED events with other threads' events
+/* Around a reset: orders its CLEARED event with other threads' events
  * of m (no-ops without a callback). */
 void prefix_events_begin(struct kvp_manager *m);
 void prefix_events_end(struct kvp_manager *m);
@@ -114,8 +121,8 @@ void prefix_emit(struct kvp_manager *m, enum kvp_event_type type,
 		 const struct kvp_hash *parent);
 
 /*
- * Quiescent check of m's map against the pool: adds m's cached blocks to
- * *nodes; 0 or -EFAULT.
+ * Quiescent check of m's table against the pool: adds m's cached blocks
+ * to *nodes; 0 or -EFAULT.
  */
 int prefix_check_manager(struct kvp_manager *m, uint64_t *nodes);
 /* Cached blocks in the pool (quiescent count). */

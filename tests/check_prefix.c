@@ -2128,6 +2128,116 @@ START_TEST(test_mt_reset_stored_order)
 }
 END_TEST
 
+
+/* ------------------------------------------------------------ the table */
+
+/* Hashes of our own (not from kvp_hash_blocks): x in the first word. */
+static struct kvp_hash raw_hash(uint64_t w0, uint64_t w1)
+{
+	struct kvp_hash h;
+
+	memset(&h, 0, sizeof(h));
+	memcpy(h.b, &w0, sizeof(w0));
+	memcpy(h.b + 8, &w1, sizeof(w1));
+	return h;
+}
+
+/*
+ * Tens of thousands of cached blocks: every one found again, after the
+ * manager's table has grown several times, and again after evictions
+ * left it full of deleted entries and new commits reused them.
+ */
+#define BIG 20000u
+START_TEST(test_table_many)
+{
+	struct kvp_pool *p = mkpool_nc(2 * BIG + 8);
+	struct kvp_manager *m = mkpmgr(p);
+	struct kvp_hash *h = calloc(2 * BIG, sizeof(*h));
+	uint32_t cached;
+
+	ck_assert_ptr_nonnull(h);
+	for (uint32_t i = 0; i < 2 * BIG; i++)
+		h[i] = raw_hash(0x9e3779b97f4a7c15ull * (i + 1), i);
+	/* Two chains of BIG blocks each, the second committed after the
+	 * first is evictable. */
+	cached = ccreate_ok_at(m, 1, h, BIG, BIG * BT + 1, __LINE__);
+	ck_assert_uint_eq(cached, 0);
+	commit_eq(m, 1, h, BIG, (int)BIG);
+	cached = ccreate_ok_at(m, 2, h, BIG, BIG * BT + 1, __LINE__);
+	ck_assert_uint_eq(cached, BIG * BT);
+	mcheck_ok(m);
+	free_ok(m, 2);
+	free_ok(m, 1);
+	/* The second chain takes the never-cached blocks, then evicts the
+	 * first but its 8 head blocks (2 * BIG + 8 blocks in all). */
+	cached = ccreate_ok_at(m, 3, h + BIG, BIG, 2 * BIG * BT, __LINE__);
+	ck_assert_uint_eq(cached, 0);
+	commit_eq(m, 3, h + BIG, BIG, (int)BIG);
+	mcheck_ok(m);
+	free_ok(m, 3);
+	/* All of the second chain hits; of the first, what survived. */
+	cached = ccreate_ok_at(m, 4, h + BIG, BIG, BIG * BT + 1, __LINE__);
+	ck_assert_uint_eq(cached, BIG * BT);
+	free_ok(m, 4);
+	ck_assert_uint_eq(mstats(m).prefix_cached_blocks, BIG + 8);
+	/* The first chain again: freed tail first, it kept only its head
+	 * (8 blocks); its commit reuses the deleted entries' slots. */
+	cached = ccreate_ok_at(m, 5, h, BIG, BIG * BT + 1, __LINE__);
+	ck_assert_uint_eq(cached, 8 * BT);
+	commit_eq(m, 5, h, BIG, (int)(BIG - 8));
+	mcheck_ok(m);
+	free_ok(m, 5);
+	free(h);
+	finish(p, m);
+}
+END_TEST
+
+/*
+ * Two different hashes that a table of hashes' first words, or of a mix
+ * of a few words, would confuse (here they mix to the same 64-bit value
+ * in kvpool's table): both are cached, each finds its own block, and
+ * evicting the first-stored one leaves the other found.
+ */
+START_TEST(test_table_confusable_hashes)
+{
+	struct kvp_pool *p = mkpool_nc(8);
+	struct kvp_manager *m = mkpmgr(p);
+	const uint64_t a = 0x0123456789abcdefull, c = 0xfedcba9876543210ull;
+	uint64_t rc = (c << 17) | (c >> 47); /* rotl(c, 17) */
+	struct kvp_hash h1 = raw_hash(a, 0), h2 = raw_hash(a ^ rc, c);
+	uint32_t b1, b2;
+
+	ck_assert_uint_eq(ccreate_ok_at(m, 1, &h1, 1, BT + 1, __LINE__), 0);
+	commit_eq(m, 1, &h1, 1, 1);
+	ck_assert_uint_eq(ccreate_ok_at(m, 2, &h2, 1, BT + 1, __LINE__), 0);
+	commit_eq(m, 2, &h2, 1, 1);
+	b1 = blk(m, 1, 0);
+	b2 = blk(m, 2, 0);
+	ck_assert_uint_ne(b1, b2);
+	ck_assert_uint_eq(ccreate_ok_at(m, 3, &h2, 1, BT + 1, __LINE__), BT);
+	ck_assert_uint_eq(blk(m, 3, 0), b2);
+	free_ok(m, 3);
+	ck_assert_uint_eq(ccreate_ok_at(m, 4, &h1, 1, BT + 1, __LINE__), BT);
+	ck_assert_uint_eq(blk(m, 4, 0), b1);
+	free_ok(m, 4);
+	mcheck_ok(m);
+	/* h1's block evictable, then evicted: seq 2 holds 2 blocks, the
+	 * other 6 (h1's included) go to seq 5. */
+	free_ok(m, 1);
+	expect_pool(p, 6, 1);
+	create_ok(m, 5, 6 * BT);
+	free_ok(m, 5);
+	expect_pool(p, 6, 0);
+	ck_assert_uint_eq(ccreate_ok_at(m, 6, &h2, 1, BT + 1, __LINE__), BT);
+	ck_assert_uint_eq(blk(m, 6, 0), b2);
+	free_ok(m, 6);
+	ck_assert_uint_eq(ccreate_ok_at(m, 7, &h1, 1, BT + 1, __LINE__), 0);
+	free_ok(m, 7);
+	free_ok(m, 2);
+	finish(p, m);
+}
+END_TEST
+
 /* ------------------------------------------------------------ suite */
 
 static Suite *prefix_suite(void)
@@ -2196,6 +2306,11 @@ static Suite *prefix_suite(void)
 	tcase_add_test(tc, test_stats_allocs_frees);
 	tcase_add_test(tc, test_destroy_returns_blocks);
 	tcase_add_test(tc, test_destroy_last_ref);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("table");
+	tcase_add_test(tc, test_table_many);
+	tcase_add_test(tc, test_table_confusable_hashes);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("threads");

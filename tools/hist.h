@@ -41,6 +41,12 @@ static inline void hist_add(struct hist *h, uint64_t ns)
 	h->b[hist_bucket(ns)]++;
 }
 
+/* Mean of the samples (0 without any), rounded down. */
+static inline uint64_t hist_mean(const struct hist *h)
+{
+	return h->count ? h->sum / h->count : 0;
+}
+
 static inline uint64_t hist_now_ns(void)
 {
 	struct timespec ts;

@@ -1101,11 +1101,14 @@ static void print_result(const struct workload *w, const struct sim_result *x)
 	       (unsigned long long)x->victims,
 	       (unsigned long long)x->ops[OP_FORK], (unsigned long long)x->cows,
 	       (unsigned long long)x->st.prefix_evictions);
-	printf("  %-14s %10s %9s %9s %9s   (ns; appends timed 1 in %u)\n",
-	       "operation", "calls", "p50", "p99", "max", SIM_APPEND_SAMPLE);
+	printf("  %-14s %10s %9s %9s %9s %9s   (ns; appends timed 1 in "
+	       "%u)\n",
+	       "operation", "calls", "mean", "p50", "p99", "max",
+	       SIM_APPEND_SAMPLE);
 	for (int k = 0; k < NUM_OPS; k++)
-		printf("  %-14s %10llu %9llu %9llu %9llu\n", op_name[k],
+		printf("  %-14s %10llu %9llu %9llu %9llu %9llu\n", op_name[k],
 		       (unsigned long long)x->ops[k],
+		       (unsigned long long)hist_mean(&x->lat[k]),
 		       (unsigned long long)hist_quantile(&x->lat[k], 0.50),
 		       (unsigned long long)hist_quantile(&x->lat[k], 0.99),
 		       (unsigned long long)x->lat[k].max);
@@ -1164,9 +1167,10 @@ static void json_result(const struct sim_result *x)
 	       (unsigned long long)x->st.prefix_evictions,
 	       (unsigned long long)x->decoded);
 	for (int k = 0; k < NUM_OPS; k++)
-		printf("%s\"%s\": {\"calls\": %llu, \"p50\": %llu, \"p99\": "
-		       "%llu, \"max\": %llu}",
+		printf("%s\"%s\": {\"calls\": %llu, \"mean\": %llu, "
+		       "\"p50\": %llu, \"p99\": %llu, \"max\": %llu}",
 		       k ? ", " : "", op_name[k], (unsigned long long)x->ops[k],
+		       (unsigned long long)hist_mean(&x->lat[k]),
 		       (unsigned long long)hist_quantile(&x->lat[k], 0.50),
 		       (unsigned long long)hist_quantile(&x->lat[k], 0.99),
 		       (unsigned long long)x->lat[k].max);
