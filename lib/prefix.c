@@ -348,9 +348,9 @@ int prefix_pool_attach(struct kvp_pool *pool)
 		return -ENOMEM;
 	memset(pp, 0, sizeof(*pp));
 	pp->owner = kvp_calloc(n, sizeof(*pp->owner));
-	/* Zeroed lazily by the system: a block's line is touched when it is
-	 * first cached. */
-	pp->hash = kvp_calloc(n, sizeof(*pp->hash));
+	/* Written now (below), as the other arrays: left to fault in lazily,
+	 * its pages would cost the commits that first touch them. */
+	pp->hash = kvp_malloc((size_t)n * sizeof(*pp->hash));
 	pp->prev = kvp_malloc((size_t)n * sizeof(*pp->prev));
 	if (!pp->owner || !pp->hash || !pp->prev ||
 	    pthread_mutex_init(&pp->lock, NULL) != 0) {
@@ -362,6 +362,8 @@ int prefix_pool_attach(struct kvp_pool *pool)
 	}
 	for (uint32_t b = 0; b < n; b++) {
 		atomic_init(&pp->owner[b], NULL);
+		for (int i = 0; i < 4; i++)
+			atomic_init(&pp->hash[b].w[i], 0);
 		pp->prev[b] = KVP_UNLINKED;
 	}
 	pp->head = pp->tail = KVP_NIL;
