@@ -472,7 +472,7 @@ static struct prefix_table *table_of(struct kvp_manager *m)
 }
 
 static void table_delete(struct kvp_manager *m, struct prefix_pool *pp,
-			 uint32_t b);
+			 uint32_t b, uint64_t key);
 
 int prefix_evict(struct kvp_pool *pool, uint32_t n, uint32_t *ids)
 {
@@ -532,29 +532,45 @@ int prefix_evict(struct kvp_pool *pool, uint32_t n, uint32_t *ids)
 	atomic_fetch_add_explicit(&pp->evictions, got, memory_order_relaxed);
 	pp_unlock(pp);
 	/* Per run of one manager's blocks: report, then delete, under its
-	 * event lock (see the argument at the top). */
+	 * event lock (see the argument at the top).  Each stage asks for the
+	 * lines of the next one first (owner and hash, then table slots):
+	 * the blocks are scattered, and their misses overlap. */
 	for (uint32_t i = 0; i < got;) {
+		struct kvp_hash hashes[KVP_EVENT_BATCH];
+		uint64_t keys[KVP_EVENT_BATCH];
+		const struct prefix_table *t;
+		struct kvp_manager *m;
+		uint32_t k = 0, end = got - i < KVP_EVENT_BATCH
+					      ? got
+					      : i + KVP_EVENT_BATCH;
+
+		for (uint32_t j = i; j < end; j++) {
+			__builtin_prefetch(&pp->owner[ids[j]], 0);
+			__builtin_prefetch(&pp->hash[ids[j]], 0);
+		}
 		/* Acquire: the manager and hash as their registrar wrote them
 		 * (the blocks are ours now: nobody else writes them). */
-		struct kvp_manager *m = atomic_load_explicit(
-			&pp->owner[ids[i]], memory_order_acquire);
-		struct kvp_hash hashes[KVP_EVENT_BATCH];
-		uint32_t k = 0;
-
-		while (i + k < got && k < KVP_EVENT_BATCH &&
+		m = atomic_load_explicit(&pp->owner[ids[i]],
+					 memory_order_acquire);
+		/* Only to prefetch slots: a rebuild may replace it. */
+		t = table_of(m);
+		while (i + k < end &&
 		       atomic_load_explicit(&pp->owner[ids[i + k]],
 					    memory_order_relaxed) == m) {
 			uint64_t w[4];
 
 			hash_read(pp, ids[i + k], w);
 			memcpy(hashes[k].b, w, sizeof(w));
+			keys[k] = key_of(w);
+			__builtin_prefetch(&t->slot[home_of(keys[k], t->mask)],
+					   1);
 			k++;
 		}
 		event_lock(m);
 		prefix_emit(m, KVP_EVENT_REMOVED, hashes, k, NULL);
 		store_lock(m);
 		for (uint32_t j = 0; j < k; j++)
-			table_delete(m, pp, ids[i + j]);
+			table_delete(m, pp, ids[i + j], keys[j]);
 		store_unlock(m);
 		event_unlock(m);
 		mgr_stat_add(m, prefix_cached, -(int64_t)k);
@@ -742,15 +758,12 @@ static bool table_too_full(const struct prefix_table *t, uint64_t limit8)
 	return (t->live + t->dead + 1) * 8 > (t->mask + 1) * limit8;
 }
 
-/* Where b's entry is in t (store lock, b's hash readable), or -1. */
-static int64_t table_find_block(const struct prefix_table *t,
-				const struct prefix_pool *pp, uint32_t b)
+/* Where b's entry is in t (store lock; key: of b's hash), or -1. */
+static int64_t table_find_block(const struct prefix_table *t, uint32_t b,
+				uint64_t key)
 {
-	uint64_t w[4], key, i;
+	uint64_t i = home_of(key, t->mask);
 
-	hash_read(pp, b, w);
-	key = key_of(w);
-	i = home_of(key, t->mask);
 	for (uint64_t probes = 0; probes <= t->mask; probes++) {
 		uint64_t v = atomic_load_explicit(&t->slot[i],
 						  memory_order_relaxed);
@@ -764,12 +777,13 @@ static int64_t table_find_block(const struct prefix_table *t,
 	return -1;
 }
 
-/* Turns b's slot into a tombstone and forgets b's owner (store lock). */
+/* Turns b's slot into a tombstone and forgets b's owner (store lock;
+ * key: of b's hash). */
 static void table_delete(struct kvp_manager *m, struct prefix_pool *pp,
-			 uint32_t b)
+			 uint32_t b, uint64_t key)
 {
 	struct prefix_table *t = table_of(m);
-	int64_t i = table_find_block(t, pp, b);
+	int64_t i = table_find_block(t, b, key);
 
 	if (i < 0)
 		kvp_fatal("a cached block's slot was missing");
