@@ -663,7 +663,7 @@ KVP_API int kvp_seq_create_cached(struct kvp_manager *m, uint64_t id,
 
 /* A commit asks for the lines of the block this far ahead (its table
  * slot, hash, owner and state: cache misses, overlapped). */
-#define KVP_COMMIT_AHEAD 8
+#define KVP_COMMIT_AHEAD 16
 
 KVP_API int kvp_seq_commit(struct kvp_manager *m, uint64_t id,
 			   const struct kvp_hash *hashes, uint32_t nhashes)

@@ -751,6 +751,30 @@ static uint64_t table_slots_for(uint64_t live)
 	return n;
 }
 
+/* The most a manager's table ever needs: it caches at most every block
+ * of the pool, and 2 slots per block keep it at most half full. */
+static uint64_t table_slots_max(const struct kvp_manager *m)
+{
+	return table_slots_for((m->pool->num_blocks + 1) / 2);
+}
+
+/*
+ * The size of t's rebuild: for its entries (a table mostly of
+ * tombstones shrinks), but a table that must grow grows eightfold, up to
+ * its maximum: the growth of a table that fills up copies its entries
+ * about 1.14 times in all, not 2.
+ */
+static uint64_t table_rebuild_slots(const struct kvp_manager *m,
+				    const struct prefix_table *t)
+{
+	uint64_t want = table_slots_for(t->live), cur = t->mask + 1;
+	uint64_t max = table_slots_max(m);
+
+	if (want > cur && want < 8 * cur)
+		want = 8 * cur;
+	return want < max ? want : max;
+}
+
 /* Whether one more entry or tombstone would leave t too full: half full,
  * or 7/8 for the largest table (2^31 blocks at most: half of it). */
 static bool table_too_full(const struct prefix_table *t, uint64_t limit8)
@@ -835,7 +859,7 @@ static int table_rebuild(struct kvp_manager *m, uint64_t slots)
 
 int prefix_map_init(struct kvp_manager *m)
 {
-	uint64_t slots = table_slots_for(m->pool->num_blocks);
+	uint64_t slots = table_slots_max(m);
 	struct prefix_table *t;
 
 	if (slots > KVP_TABLE_INIT_MAX)
@@ -1054,7 +1078,7 @@ int prefix_store(struct kvp_manager *m, uint32_t b, const struct kvp_hash *h)
 	if (table_too_full(t, t->mask + 1 < KVP_TABLE_MAX ? 4 : 7)) {
 		/* Rebuild (and grow if the entries need it).  Without
 		 * memory, go on up to 7/8 full (probes must meet EMPTY). */
-		if (table_rebuild(m, table_slots_for(t->live)) == 0)
+		if (table_rebuild(m, table_rebuild_slots(m, t)) == 0)
 			t = table_of(m);
 		else if (table_too_full(t, 7))
 			return -ENOMEM;
