@@ -10,3 +10,4 @@ b=${top_builddir:-.}
 "$b/stress/stress_seq" 4 2
 "$b/stress/stress_churn" 2000 8
 "$b/stress/stress_prefix" 3 2
+"$b/stress/stress_prefix" 3 2 --blocks 1024 --prefixes 32
