@@ -476,7 +476,7 @@ out:
 /*
  * Copies src[0..n) to ids and marks each block held once (0 -> 1, see the
  * top).  Eight per iteration, so the loop's own work is paid per eight
- * blocks.
+ * blocks; a single block (the commonest call) takes no loop at all.
  */
 static inline __attribute__((always_inline)) void
 give_sole_all(_Atomic uint32_t *state, const uint32_t *src, uint32_t n,
@@ -484,6 +484,13 @@ give_sole_all(_Atomic uint32_t *state, const uint32_t *src, uint32_t n,
 {
 	const uint32_t *end = src + n;
 
+	if (n == 1) {
+		size_t id = *src;
+
+		*ids = (uint32_t)id;
+		atomic_store_explicit(&state[id], 1, memory_order_relaxed);
+		return;
+	}
 	for (; end - src >= 8; src += 8, ids += 8)
 #pragma GCC unroll 8
 		for (uint32_t k = 0; k < 8; k++) {
@@ -986,7 +993,7 @@ take_sole(_Atomic uint32_t *state, size_t id)
  * Takes ids[0..n) to zero in order and lists them in out[0..n), stopping
  * at the first id out of range or not held exactly once; returns how many
  * it took.  Eight per iteration, so the loop's own work is paid per eight
- * blocks.
+ * blocks; a single block (the commonest call) takes no loop at all.
  */
 static inline __attribute__((always_inline)) uint32_t
 take_sole_all(_Atomic uint32_t *state, uint32_t num_blocks,
@@ -994,6 +1001,12 @@ take_sole_all(_Atomic uint32_t *state, uint32_t num_blocks,
 {
 	const uint32_t *p = ids, *end = ids + n;
 
+	if (n == 1) {
+		size_t id = *p;
+
+		*out = (uint32_t)id;
+		return likely(id < num_blocks && take_sole(state, id));
+	}
 	for (; end - p >= 8; p += 8, out += 8)
 #pragma GCC unroll 8
 		for (uint32_t k = 0; k < 8; k++) {
