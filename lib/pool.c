@@ -999,7 +999,7 @@ static inline __attribute__((always_inline)) uint32_t
 take_sole_all(_Atomic uint32_t *state, uint32_t num_blocks,
 	      const uint32_t *ids, uint32_t n, uint32_t *out)
 {
-	const uint32_t *p = ids, *end = ids + n;
+	const uint32_t *p = ids, *end = ids + n, *end8 = ids + (n & ~7u);
 
 	if (n == 1) {
 		size_t id = *p;
@@ -1007,7 +1007,7 @@ take_sole_all(_Atomic uint32_t *state, uint32_t num_blocks,
 		*out = (uint32_t)id;
 		return likely(id < num_blocks && take_sole(state, id));
 	}
-	for (; end - p >= 8; p += 8, out += 8)
+	for (; p < end8; p += 8, out += 8)
 #pragma GCC unroll 8
 		for (uint32_t k = 0; k < 8; k++) {
 			size_t id = p[k];
