@@ -1031,12 +1031,14 @@ take_sole_all(_Atomic uint32_t *state, uint32_t num_blocks,
  * held exactly once): restores the `took` blocks it took to zero (the
  * caller's alone, on no free list), leaves the cache and hands the whole
  * free to the general path, which finds the error or the shared blocks.
+ * The blocks restored are those listed in the cache above its count, as
+ * the fast path read them, not the caller's array read again.
  */
 static __attribute__((noinline, cold)) int
 free_fast_undo(struct tcache *tc, const uint32_t *ids, uint32_t n,
 	       uint32_t took)
 {
-	undo_sole(tc->pool, ids, took);
+	undo_sole(tc->pool, tc->slots + tcache_count(tc), took);
 	tcache_exit(tc);
 	return free_slow(tc->pool, ids, n, false);
 }
