@@ -438,10 +438,14 @@ alloc_reclaim(struct kvp_pool *pool, struct tcache *tc, uint32_t n,
 static __attribute__((noinline)) int alloc_slow(struct kvp_pool *pool,
 						uint32_t n, uint32_t *ids)
 {
-	struct tcache *tc = tcache_get(pool);
+	struct tcache *tc;
 	uint32_t c;
 	int err;
 
+	/* The fast path leaves n == 0 to us (it fails its count check). */
+	if (unlikely(n == 0))
+		return -EINVAL;
+	tc = tcache_get(pool);
 	if (unlikely(!tc)) {
 		err = alloc_direct(pool, n, ids);
 		goto out;
@@ -470,9 +474,45 @@ out:
 }
 
 /*
+ * Copies src[0..n) to ids and marks each block held once (0 -> 1, see the
+ * top).  Eight per iteration, so the loop's own work is paid per eight
+ * blocks; a single block (the commonest call) takes no loop at all.
+ */
+static inline __attribute__((always_inline)) void
+give_sole_all(_Atomic uint32_t *state, const uint32_t *src, uint32_t n,
+	      uint32_t *ids)
+{
+	const uint32_t *end = src + n;
+
+	if (n == 1) {
+		size_t id = *src;
+
+		*ids = (uint32_t)id;
+		atomic_store_explicit(&state[id], 1, memory_order_relaxed);
+		return;
+	}
+	for (; end - src >= 8; src += 8, ids += 8)
+#pragma GCC unroll 8
+		for (uint32_t k = 0; k < 8; k++) {
+			size_t id = src[k];
+
+			ids[k] = (uint32_t)id;
+			atomic_store_explicit(&state[id], 1,
+					      memory_order_relaxed);
+		}
+	for (; src < end; src++, ids++) {
+		size_t id = *src;
+
+		*ids = (uint32_t)id;
+		atomic_store_explicit(&state[id], 1, memory_order_relaxed);
+	}
+}
+
+/*
  * The common case is a leaf: the calling thread's cache for this pool was
  * the last one it used, no drain is in progress, the cache holds n blocks
- * and nothing needs zeroing.  Anything else goes to alloc_slow().
+ * and nothing needs zeroing.  Anything else goes to alloc_slow(), which
+ * also refuses n == 0 (it fails the count check here: n - 1 wraps).
  */
 KVP_API int kvp_pool_alloc(struct kvp_pool *pool, uint32_t n, uint32_t *ids)
 {
@@ -481,7 +521,7 @@ KVP_API int kvp_pool_alloc(struct kvp_pool *pool, uint32_t n, uint32_t *ids)
 	const uint32_t *slots;
 	uint32_t c;
 
-	if (unlikely(!pool || !ids || n == 0))
+	if (unlikely(!pool || !ids))
 		return -EINVAL;
 	if (unlikely(tcache_last.pool != pool || tcache_last.uid != pool->uid ||
 		     (pool->flags & KVP_POOL_ZERO)))
@@ -490,22 +530,18 @@ KVP_API int kvp_pool_alloc(struct kvp_pool *pool, uint32_t n, uint32_t *ids)
 	if (unlikely(!tcache_enter(tc)))
 		return alloc_slow(pool, n, ids);
 	c = tcache_count(tc);
-	if (unlikely(c < n)) {
+	if (unlikely(n - 1 >= c)) { /* c < n, or n == 0 */
 		tcache_exit(tc);
 		return alloc_slow(pool, n, ids);
 	}
+	c -= n;
 	/* Locals: ids may alias anything, so the compiler would reload the
 	 * fields on every iteration. */
 	state = pool->state;
-	slots = tc->slots + (c - n);
+	slots = tc->slots + c;
 	/* The top n ids, in slot order; one pass copies and marks. */
-	for (uint32_t i = 0; i < n; i++) {
-		uint32_t id = slots[i];
-
-		ids[i] = id;
-		atomic_store_explicit(&state[id], 1, memory_order_relaxed);
-	}
-	tcache_set_count(tc, c - n);
+	give_sole_all(state, slots, n, ids);
+	tcache_set_count(tc, c);
 	tcache_exit(tc);
 	tcache_add(&tc->allocs, n);
 	return 0;
@@ -895,9 +931,13 @@ static __attribute__((noinline)) int free_slow(struct kvp_pool *pool,
 					       const uint32_t *ids, uint32_t n,
 					       bool distinct)
 {
-	struct tcache *tc = tcache_get(pool);
+	struct tcache *tc;
 	uint32_t c;
 
+	/* The fast paths leave n == 0 to us (it fails their room check). */
+	if (unlikely(n == 0))
+		return -EINVAL;
+	tc = tcache_get(pool);
 	if (!tc || n > tc->cap / 2)
 		return free_to_stack(pool, tc, ids, n, distinct);
 	while (unlikely(!tcache_enter(tc)))
@@ -912,13 +952,10 @@ static __attribute__((noinline)) int free_slow(struct kvp_pool *pool,
 }
 
 /*
- * The common case is a leaf, as for kvp_pool_alloc: the last-used cache,
- * no drain, room for n more blocks.  Anything else goes to free_slow().
- */
-/*
  * The common case of a free: the calling thread's last-used cache is this
  * pool's, no drain is in progress and it has room for n more blocks.
- * Returns the cache entered (its count in *c), or NULL (not entered).
+ * Returns the cache entered (its count in *c), or NULL (not entered; also
+ * for n == 0, which wraps in the room check and is left to free_slow()).
  */
 static inline __attribute__((always_inline)) struct tcache *
 free_cache_enter(struct kvp_pool *pool, uint32_t n, uint32_t *c)
@@ -931,54 +968,108 @@ free_cache_enter(struct kvp_pool *pool, uint32_t n, uint32_t *c)
 	if (unlikely(!tcache_enter(tc)))
 		return NULL;
 	*c = tcache_count(tc);
-	if (unlikely(*c + n > tc->cap)) {
+	if (unlikely(n - 1 >= tc->cap - *c)) { /* c + n > cap, or n == 0 */
 		tcache_exit(tc);
 		return NULL;
 	}
 	return tc;
 }
 
+/* Takes block id from exactly one reference to zero; false if its word is
+ * anything else (then nothing changed). */
+static inline __attribute__((always_inline)) bool
+take_sole(_Atomic uint32_t *state, size_t id)
+{
+	/* Acquire: pairs with other holders' release decrements. */
+	if (unlikely(atomic_load_explicit(&state[id], memory_order_acquire) !=
+		     1))
+		return false;
+	/* Sole holder: a plain store (see the top). */
+	atomic_store_explicit(&state[id], 0, memory_order_relaxed);
+	return true;
+}
+
+/*
+ * Takes ids[0..n) to zero in order and lists them in out[0..n), stopping
+ * at the first id out of range or not held exactly once; returns how many
+ * it took.  Eight per iteration, so the loop's own work is paid per eight
+ * blocks; a single block (the commonest call) takes no loop at all.
+ */
+static inline __attribute__((always_inline)) uint32_t
+take_sole_all(_Atomic uint32_t *state, uint32_t num_blocks,
+	      const uint32_t *ids, uint32_t n, uint32_t *out)
+{
+	const uint32_t *p = ids, *end = ids + n, *end8 = ids + (n & ~7u);
+
+	if (n == 1) {
+		size_t id = *p;
+
+		*out = (uint32_t)id;
+		return likely(id < num_blocks && take_sole(state, id));
+	}
+	for (; p < end8; p += 8, out += 8)
+#pragma GCC unroll 8
+		for (uint32_t k = 0; k < 8; k++) {
+			size_t id = p[k];
+
+			out[k] = (uint32_t)id;
+			if (unlikely(id >= num_blocks || !take_sole(state, id)))
+				return (uint32_t)(p - ids) + k;
+		}
+	for (; p < end; p++, out++) {
+		size_t id = *p;
+
+		*out = (uint32_t)id;
+		if (unlikely(id >= num_blocks || !take_sole(state, id)))
+			break;
+	}
+	return (uint32_t)(p - ids);
+}
+
+/*
+ * kvp_pool_free's fast path met a block it cannot take (out of range, not
+ * held exactly once): restores the `took` blocks it took to zero (the
+ * caller's alone, on no free list), leaves the cache and hands the whole
+ * free to the general path, which finds the error or the shared blocks.
+ * The blocks restored are those listed in the cache above its count, as
+ * the fast path read them, not the caller's array read again.
+ */
+static __attribute__((noinline, cold)) int
+free_fast_undo(struct tcache *tc, const uint32_t *ids, uint32_t n,
+	       uint32_t took)
+{
+	undo_sole(tc->pool, tc->slots + tcache_count(tc), took);
+	tcache_exit(tc);
+	return free_slow(tc->pool, ids, n, false);
+}
+
 /*
  * The common case is a leaf, as for kvp_pool_alloc: the last-used cache,
  * no drain, room for n more blocks, and every block held by the caller
  * alone (word exactly 1), so the i-th id is the i-th block freed, written
- * straight into the cache above its count.  At the first other block the
- * pass is undone (the blocks it took to zero are the caller's alone and on
- * no free list) and the general path takes over.
+ * straight into the cache above its count (where no drainer looks).  Each
+ * id is read once: the value range-checked is the value taken and listed.
+ * At the first other block the pass is undone and the general path takes
+ * over (free_fast_undo()).
  */
 KVP_API int kvp_pool_free(struct kvp_pool *pool, const uint32_t *ids,
 			  uint32_t n)
 {
-	_Atomic uint32_t *state;
 	struct tcache *tc;
-	uint32_t c, i, num_blocks, *out;
+	uint32_t c, took;
 
-	if (unlikely(!pool || !ids || n == 0))
+	if (unlikely(!pool || !ids))
 		return -EINVAL;
 	tc = free_cache_enter(pool, n, &c);
 	if (unlikely(!tc))
 		return free_slow(pool, ids, n, false);
-	/* Locals: ids may alias anything. */
-	state = pool->state;
-	num_blocks = pool->num_blocks;
-	out = tc->slots + c;
-	for (i = 0; i < n; i++) {
-		uint32_t id = ids[i];
-
-		/* Acquire: as in drop_sole(). */
-		if (unlikely(id >= num_blocks ||
-			     atomic_load_explicit(&state[id],
-						  memory_order_acquire) != 1))
-			break;
-		atomic_store_explicit(&state[id], 0, memory_order_relaxed);
-		out[i] = id;
-	}
-	if (unlikely(i < n)) {
-		undo_sole(pool, ids, i);
-		tcache_exit(tc);
-		return free_slow(pool, ids, n, false);
-	}
-	tcache_set_count(tc, c + n);
+	took = take_sole_all(pool->state, pool->num_blocks, ids, n,
+			     tc->slots + c);
+	if (unlikely(took < n))
+		return free_fast_undo(tc, ids, n, took);
+	/* Reloaded (only we write it) rather than kept in a register
+	 * across the loop. */
+	tcache_set_count(tc, tcache_count(tc) + n);
 	tcache_exit(tc);
 	tcache_add(&tc->frees, n);
 	return 0;

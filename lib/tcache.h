@@ -55,9 +55,11 @@ struct tcache {
 /*
  * Whether sys_membarrier(PRIVATE_EXPEDITED) is registered for this
  * process; if not, owners pay a full fence per operation.  Written once
- * before the first pool exists.
+ * before the first pool exists.  Declared hidden (-fvisibility=hidden
+ * covers definitions only), so every owner operation tests it in place
+ * instead of first loading its address.
  */
-extern bool tcache_membarrier_ok;
+extern __attribute__((visibility("hidden"))) bool tcache_membarrier_ok;
 
 /*
  * Returns the calling thread's cache for pool, creating or adopting one on
