@@ -1058,6 +1058,69 @@ START_TEST(test_free_mix_valid_already_free)
 }
 END_TEST
 
+/*
+ * Every batch size the fast paths treat differently (one block, the
+ * eight-block loop and its remainder, more than a cache holds) with a bad
+ * id at every position: out of range, already free, the previous id
+ * repeated while held once.  Each returns its error and changes nothing;
+ * a shared block in the batch just loses one reference.
+ */
+START_TEST(test_free_bad_id_every_position)
+{
+	struct kvp_pool *p = mkvariant(_i, 256);
+	uint32_t ids[40], bad[40], x;
+
+	for (uint32_t n = 1; n <= 40; n++) {
+		for (uint32_t pos = 0; pos < n; pos++) {
+			for (int kind = 0; kind < 4; kind++) {
+				int want = kind == 0 ? -ERANGE : -EALREADY;
+				int rc;
+
+				ck_assert_int_eq(kvp_pool_alloc(p, n, ids), 0);
+				memcpy(bad, ids, n * sizeof(*ids));
+				if (kind == 0) {
+					bad[pos] = 256 + pos;
+				} else if (kind == 1) {
+					bad[pos] = UINT32_MAX;
+					want = -ERANGE;
+				} else if (kind == 2) {
+					ck_assert_int_eq(kvp_pool_alloc(p, 1, &x),
+							 0);
+					ck_assert_int_eq(kvp_pool_free(p, &x, 1),
+							 0);
+					bad[pos] = x;
+				} else if (pos > 0) {
+					bad[pos] = bad[pos - 1];
+				} else {
+					/* Shared: a legal batch. */
+					ck_assert_int_eq(kvp_block_ref(p, ids[0]),
+							 0);
+					want = 0;
+				}
+				rc = kvp_pool_free(p, bad, n);
+				ck_assert_msg(rc == want,
+					      "n %u, position %u, kind %d: "
+					      "free = %d, want %d",
+					      n, pos, kind, rc, want);
+				if (rc == 0) {
+					ck_assert_int_eq(
+						kvp_block_refcount(p, ids[0]), 1);
+					ck_assert_int_eq(
+						kvp_pool_free(p, ids, 1), 0);
+					assert_all_refcount(p, ids, n, 0);
+				} else {
+					assert_all_refcount(p, ids, n, 1);
+					ck_assert_int_eq(kvp_pool_free(p, ids, n),
+							 0);
+				}
+			}
+		}
+		assert_check_ok(p);
+	}
+	finish_pool(p);
+}
+END_TEST
+
 /* ------------------------------------------------------------ block ref */
 
 START_TEST(test_block_ref_errors)
@@ -2019,6 +2082,7 @@ static Suite *pool_suite(void)
 	tcase_add_loop_test(tc, test_free_same_id_twice_ref1, 0, NVARIANTS);
 	tcase_add_loop_test(tc, test_free_same_id_twice_ref2, 0, NVARIANTS);
 	tcase_add_loop_test(tc, test_free_mix_valid_already_free, 0, NVARIANTS);
+	tcase_add_loop_test(tc, test_free_bad_id_every_position, 0, NVARIANTS);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("block_ref");
