@@ -526,6 +526,42 @@ END_TEST
  * Never-cached free blocks go first; then the least recently freed cached
  * block; a request's blocks are freed tail first.
  */
+/*
+ * A prefix revived and freed again moves to the most recently freed end
+ * as a whole, even when its blocks are still linked in the same order
+ * (the release moves them as one run): the other chain goes first.
+ */
+START_TEST(test_eviction_order_rerelease)
+{
+	struct kvp_pool *p = mkpool_nc(16);
+	struct kvp_manager *m = mkpmgr(p);
+	struct chain a = mkchain(20, 4 * BT + 1), b = mkchain(21, 4 * BT + 1);
+
+	listen(m, NULL);
+	ccreate_ok(m, 1, &a, a.nh, a.ntok);
+	commit_eq(m, 1, a.h, a.nh, 4);
+	free_ok(m, 1); /* a3 a2 a1 a0 */
+	ccreate_ok(m, 2, &b, b.nh, b.ntok);
+	commit_eq(m, 2, b.h, b.nh, 4);
+	free_ok(m, 2); /* a3 a2 a1 a0 b3 b2 b1 b0 */
+	ck_assert_uint_eq(ccreate_ok(m, 3, &a, a.nh, a.ntok), 4 * BT);
+	free_ok(m, 3); /* b3 b2 b1 b0 a3 a2 a1 a0 */
+	expect_pool(p, 16, 8);
+	/* 8 never-cached blocks, then b3 and b2. */
+	evlog_reset();
+	create_ok(m, 4, 10 * BT);
+	{
+		const struct kvp_hash *want[] = {&b.h[3], &b.h[2]};
+
+		expect_removed(0, want, 2);
+	}
+	free_ok(m, 4);
+	ck_assert_uint_eq(probe(m, &a, a.ntok), 4 * BT);
+	ck_assert_uint_eq(probe(m, &b, b.ntok), 2 * BT);
+	finish(p, m);
+}
+END_TEST
+
 START_TEST(test_eviction_order)
 {
 	struct kvp_pool *p = mkpool_nc(8);
@@ -2254,6 +2290,7 @@ static Suite *prefix_suite(void)
 
 	tc = tcase_create("eviction");
 	tcase_add_test(tc, test_eviction_order);
+	tcase_add_test(tc, test_eviction_order_rerelease);
 	tcase_add_test(tc, test_eviction_order_drain);
 	tcase_add_test(tc, test_eviction_batch);
 	tcase_add_test(tc, test_hits_not_self_evicted);
