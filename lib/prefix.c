@@ -746,8 +746,7 @@ int prefix_check_pool(struct kvp_pool *pool)
 /* Manager side: the table                                             */
 /* ------------------------------------------------------------------ */
 
-#define KVP_TABLE_MIN 64ull	      /* slots */
-#define KVP_TABLE_INIT_MAX (1ull << 16) /* slots a new table starts with */
+#define KVP_TABLE_MIN 64ull /* slots */
 
 static size_t table_bytes(uint64_t slots)
 {
@@ -786,43 +785,26 @@ static void table_free_rcu(struct rcu_head *head)
 	kvp_rcu_callback_done();
 }
 
-/* Slots for a table that will hold `live` entries: at most a quarter
- * full, so that it takes another quarter of inserts before a rebuild. */
-static uint64_t table_slots_for(uint64_t live)
+/*
+ * A manager's table has, for its whole life, the slots it may ever need:
+ * it caches at most every block of the pool, and 2 slots per block keep
+ * it at most half full of entries (a power of two, at least 64; at most
+ * 2^32 for 2^31 blocks).  Sized up front, it never grows: a commit never
+ * waits for a resize, which for millions of entries takes a good part of
+ * a second (faulting the new table's pages in).  Rebuilds only clear
+ * deleted entries.
+ */
+static uint64_t table_slots(const struct kvp_manager *m)
 {
 	uint64_t n = KVP_TABLE_MIN;
 
-	while (n < 4 * live && n < KVP_TABLE_MAX)
+	while (n < 2 * (uint64_t)m->pool->num_blocks && n < KVP_TABLE_MAX)
 		n <<= 1;
 	return n;
 }
 
-/* The most a manager's table ever needs: it caches at most every block
- * of the pool, and 2 slots per block keep it at most half full. */
-static uint64_t table_slots_max(const struct kvp_manager *m)
-{
-	return table_slots_for((m->pool->num_blocks + 1) / 2);
-}
-
-/*
- * The size of t's rebuild: for its entries (a table mostly of
- * tombstones shrinks), but a table that must grow grows eightfold, up to
- * its maximum: the growth of a table that fills up copies its entries
- * about 1.14 times in all, not 2.
- */
-static uint64_t table_rebuild_slots(const struct kvp_manager *m,
-				    const struct prefix_table *t)
-{
-	uint64_t want = table_slots_for(t->live), cur = t->mask + 1;
-	uint64_t max = table_slots_max(m);
-
-	if (want > cur && want < 8 * cur)
-		want = 8 * cur;
-	return want < max ? want : max;
-}
-
-/* Whether one more entry or tombstone would leave t too full: half full,
- * or 7/8 for the largest table (2^31 blocks at most: half of it). */
+/* Whether one more entry or tombstone would leave t more than
+ * limit8 / 8 full. */
 static bool table_too_full(const struct prefix_table *t, uint64_t limit8)
 {
 	return (t->live + t->dead + 1) * 8 > (t->mask + 1) * limit8;
@@ -879,13 +861,14 @@ static void table_place(struct prefix_table *t, uint64_t v)
 }
 
 /*
- * Replaces m's table by a copy without tombstones, sized for its entries
- * (store lock).  Readers go on probing the old one until they are done.
- * Returns 0 or -ENOMEM (the old table stays).
+ * Replaces m's table by a copy without tombstones (store lock).  Readers
+ * go on probing the old one until they are done.  Returns 0 or -ENOMEM
+ * (the old table stays).
  */
-static int table_rebuild(struct kvp_manager *m, uint64_t slots)
+static int table_rebuild(struct kvp_manager *m)
 {
-	struct prefix_table *old = table_of(m), *t = table_new(slots);
+	struct prefix_table *old = table_of(m),
+			    *t = table_new(old->mask + 1);
 
 	if (!t)
 		return -ENOMEM;
@@ -905,18 +888,15 @@ static int table_rebuild(struct kvp_manager *m, uint64_t slots)
 
 int prefix_map_init(struct kvp_manager *m)
 {
-	uint64_t slots = table_slots_max(m);
 	struct prefix_table *t;
 
-	if (slots > KVP_TABLE_INIT_MAX)
-		slots = KVP_TABLE_INIT_MAX;
 	if (pthread_mutex_init(&m->event_lock, NULL) != 0)
 		return -ENOMEM;
 	if (pthread_mutex_init(&m->prefix_lock, NULL) != 0) {
 		pthread_mutex_destroy(&m->event_lock);
 		return -ENOMEM;
 	}
-	t = table_new(slots);
+	t = table_new(table_slots(m));
 	if (!t) {
 		pthread_mutex_destroy(&m->prefix_lock);
 		pthread_mutex_destroy(&m->event_lock);
@@ -1121,10 +1101,11 @@ int prefix_store(struct kvp_manager *m, uint32_t b, const struct kvp_hash *h)
 	 * m's store lock, which we hold. */
 	if (atomic_load_explicit(&pp->owner[b], memory_order_relaxed))
 		return 0; /* a fork's sibling registered it */
-	if (table_too_full(t, t->mask + 1 < KVP_TABLE_MAX ? 4 : 7)) {
-		/* Rebuild (and grow if the entries need it).  Without
-		 * memory, go on up to 7/8 full (probes must meet EMPTY). */
-		if (table_rebuild(m, table_rebuild_slots(m, t)) == 0)
+	if (table_too_full(t, 4)) {
+		/* Half full, tombstones included (entries alone never are):
+		 * rebuild without them.  Without memory, go on up to 7/8
+		 * full (probes must meet an EMPTY slot). */
+		if (table_rebuild(m) == 0)
 			t = table_of(m);
 		else if (table_too_full(t, 7))
 			return -ENOMEM;
@@ -1243,10 +1224,7 @@ int prefix_clear(struct kvp_manager *m, bool force)
 		mgr_stat_add(m, prefix_cached, -1);
 	}
 	pp_unlock(pp);
-	/* Emptied: start again from a small table (or keep this one, its
-	 * tombstones, if there is no memory). */
-	if (t->live == 0 && t->mask + 1 > KVP_TABLE_MIN)
-		(void)table_rebuild(m, KVP_TABLE_MIN);
+	/* The tombstones stay until a commit finds the table half full. */
 	store_unlock(m);
 	/* Free all along (evictable, then on the stack): one push, and
 	 * neither an allocation nor a free for the pool's counts. */

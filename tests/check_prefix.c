@@ -2179,23 +2179,23 @@ static struct kvp_hash raw_hash(uint64_t w0, uint64_t w1)
 }
 
 /*
- * Tens of thousands of cached blocks: every one found again, after the
- * manager's table has grown several times, and again after evictions
- * left it full of deleted entries and new commits reused them.
+ * Tens of thousands of cached blocks: every one found again; then chain
+ * after chain evicts the previous one, so the manager's table fills with
+ * deleted entries, new commits reuse them and rebuilds clear them; every
+ * chain is found whole after its commit.
  */
 #define BIG 20000u
+#define ROUNDS 6u
 START_TEST(test_table_many)
 {
 	struct kvp_pool *p = mkpool_nc(2 * BIG + 8);
 	struct kvp_manager *m = mkpmgr(p);
-	struct kvp_hash *h = calloc(2 * BIG, sizeof(*h));
+	struct kvp_hash *h = calloc(ROUNDS * BIG, sizeof(*h));
 	uint32_t cached;
 
 	ck_assert_ptr_nonnull(h);
-	for (uint32_t i = 0; i < 2 * BIG; i++)
+	for (uint32_t i = 0; i < ROUNDS * BIG; i++)
 		h[i] = raw_hash(0x9e3779b97f4a7c15ull * (i + 1), i);
-	/* Two chains of BIG blocks each, the second committed after the
-	 * first is evictable. */
 	cached = ccreate_ok_at(m, 1, h, BIG, BIG * BT + 1, __LINE__);
 	ck_assert_uint_eq(cached, 0);
 	commit_eq(m, 1, h, BIG, (int)BIG);
@@ -2204,23 +2204,27 @@ START_TEST(test_table_many)
 	mcheck_ok(m);
 	free_ok(m, 2);
 	free_ok(m, 1);
-	/* The second chain takes the never-cached blocks, then evicts the
-	 * first but its 8 head blocks (2 * BIG + 8 blocks in all). */
-	cached = ccreate_ok_at(m, 3, h + BIG, BIG, 2 * BIG * BT, __LINE__);
-	ck_assert_uint_eq(cached, 0);
-	commit_eq(m, 3, h + BIG, BIG, (int)BIG);
-	mcheck_ok(m);
-	free_ok(m, 3);
-	/* All of the second chain hits; of the first, what survived. */
-	cached = ccreate_ok_at(m, 4, h + BIG, BIG, BIG * BT + 1, __LINE__);
-	ck_assert_uint_eq(cached, BIG * BT);
-	free_ok(m, 4);
-	ck_assert_uint_eq(mstats(m).prefix_cached_blocks, BIG + 8);
-	/* The first chain again: freed tail first, it kept only its head
-	 * (8 blocks); its commit reuses the deleted entries' slots. */
+	for (uint32_t r = 1; r < ROUNDS; r++) {
+		const struct kvp_hash *hr = h + (size_t)r * BIG;
+		uint64_t id = 10 + 2 * r;
+
+		/* 2 * BIG blocks: never-cached ones first, then evictions
+		 * (all of round r - 1's chain but its head). */
+		cached = ccreate_ok_at(m, id, hr, BIG, 2 * BIG * BT, __LINE__);
+		ck_assert_uint_eq(cached, 0);
+		commit_eq(m, id, hr, BIG, (int)BIG);
+		free_ok(m, id);
+		cached = ccreate_ok_at(m, id + 1, hr, BIG, BIG * BT + 1,
+				       __LINE__);
+		ck_assert_uint_eq(cached, BIG * BT);
+		free_ok(m, id + 1);
+		mcheck_ok(m);
+	}
+	/* Round 0's chain, the least recently freed, is gone (its head
+	 * last); a commit caches it whole again. */
 	cached = ccreate_ok_at(m, 5, h, BIG, BIG * BT + 1, __LINE__);
-	ck_assert_uint_eq(cached, 8 * BT);
-	commit_eq(m, 5, h, BIG, (int)(BIG - 8));
+	ck_assert_uint_eq(cached, 0);
+	commit_eq(m, 5, h, BIG, (int)BIG);
 	mcheck_ok(m);
 	free_ok(m, 5);
 	free(h);
