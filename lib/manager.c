@@ -662,12 +662,14 @@ KVP_API int kvp_seq_create_cached(struct kvp_manager *m, uint64_t id,
 }
 
 /* A commit asks for the lines of the block this far ahead (its table
- * slot, hash, owner and state: cache misses, overlapped). */
+ * slot, hash, owner and state: cache misses, overlapped).  A power of
+ * two. */
 #define KVP_COMMIT_AHEAD 16
 
 KVP_API int kvp_seq_commit(struct kvp_manager *m, uint64_t id,
 			   const struct kvp_hash *hashes, uint32_t nhashes)
 {
+	uint64_t keys[KVP_COMMIT_AHEAD]; /* of blocks [i, i + AHEAD) */
 	struct kvp_seq *s;
 	uint32_t upto, run = 0, i;
 	int err = 0, added = 0;
@@ -685,16 +687,22 @@ KVP_API int kvp_seq_commit(struct kvp_manager *m, uint64_t id,
 	if (upto > nhashes)
 		upto = nhashes;
 	prefix_store_begin(m);
+	for (i = s->committed; i < upto && i < s->committed + KVP_COMMIT_AHEAD;
+	     i++)
+		keys[i % KVP_COMMIT_AHEAD] =
+			prefix_store_prepare(m, s->blocks[i], &hashes[i]);
 	/* Blocks [run, i) were stored by this call: one STORED event per
 	 * contiguous run, emitted while we hold the blocks (so before any
 	 * can be evicted and reported removed). */
 	for (i = run = s->committed; i < upto; i++) {
+		uint64_t key = keys[i % KVP_COMMIT_AHEAD];
+		uint32_t ahead = i + KVP_COMMIT_AHEAD;
 		int r;
 
-		if (i + KVP_COMMIT_AHEAD < upto)
-			prefix_store_prefetch(m, s->blocks[i + KVP_COMMIT_AHEAD],
-					      &hashes[i + KVP_COMMIT_AHEAD]);
-		r = prefix_store(m, s->blocks[i], &hashes[i]);
+		if (ahead < upto)
+			keys[ahead % KVP_COMMIT_AHEAD] = prefix_store_prepare(
+				m, s->blocks[ahead], &hashes[ahead]);
+		r = prefix_store(m, s->blocks[i], &hashes[i], key);
 
 		if (r == 1) {
 			added++;
@@ -716,8 +724,10 @@ KVP_API int kvp_seq_commit(struct kvp_manager *m, uint64_t id,
 	if (s->committed < i)
 		s->committed = err ? i : upto;
 	seq_unlock(s);
-	if (added)
+	if (added) {
 		stat_add(m, prefix_commits, added);
+		stat_add(m, prefix_cached, added);
+	}
 	return err ? err : added;
 }
 

@@ -1072,30 +1072,31 @@ void prefix_store_end(struct kvp_manager *m)
 	event_unlock(m);
 }
 
-void prefix_store_prefetch(struct kvp_manager *m, uint32_t b,
-			   const struct kvp_hash *h)
+uint64_t prefix_store_prepare(struct kvp_manager *m, uint32_t b,
+			      const struct kvp_hash *h)
 {
 	/* Relaxed: only an address; the lock holder's table. */
 	struct prefix_table *t =
 		atomic_load_explicit(&m->prefix_table, memory_order_relaxed);
 	struct prefix_pool *pp = pool_prefix(m->pool);
-	uint64_t w[4];
+	uint64_t w[4], key;
 
 	hash_words(h, w);
-	__builtin_prefetch(&t->slot[home_of(key_of(w), t->mask)], 1);
+	key = key_of(w);
+	__builtin_prefetch(&t->slot[home_of(key, t->mask)], 1);
 	__builtin_prefetch(&pp->hash[b], 1);
 	__builtin_prefetch(&pp->owner[b], 1);
 	__builtin_prefetch(&m->pool->state[b], 1);
+	return key;
 }
 
-int prefix_store(struct kvp_manager *m, uint32_t b, const struct kvp_hash *h)
+int prefix_store(struct kvp_manager *m, uint32_t b, const struct kvp_hash *h,
+		 uint64_t key)
 {
 	struct kvp_pool *pool = m->pool;
 	struct prefix_pool *pp = pool_prefix(pool);
-	_Atomic uint32_t *st = &pool->state[b];
 	struct prefix_table *t = table_of(m);
-	uint64_t w[4], key, i, tomb = UINT64_MAX;
-	uint32_t s;
+	uint64_t w[4], i, tomb = UINT64_MAX;
 
 	/* Relaxed: owner[] of a block m's sequences hold changes only under
 	 * m's store lock, which we hold. */
@@ -1111,7 +1112,6 @@ int prefix_store(struct kvp_manager *m, uint32_t b, const struct kvp_hash *h)
 			return -ENOMEM;
 	}
 	hash_words(h, w);
-	key = key_of(w);
 	i = home_of(key, t->mask);
 	for (;;) {
 		uint64_t v = atomic_load_explicit(&t->slot[i],
@@ -1136,17 +1136,13 @@ int prefix_store(struct kvp_manager *m, uint32_t b, const struct kvp_hash *h)
 	atomic_store_explicit(&pp->owner[b], m, memory_order_relaxed);
 	/* Release: hash[b], owner[b] and the block's data before CACHED
 	 * (pairs with take_one's acquire CAS).  Only holders change the
-	 * count now. */
-	s = atomic_load_explicit(st, memory_order_relaxed);
-	while (!atomic_compare_exchange_weak_explicit(
-		st, &s, s | KVP_ST_CACHED, memory_order_release,
-		memory_order_relaxed))
-		;
+	 * count meanwhile (we hold the block). */
+	atomic_fetch_or_explicit(&pool->state[b], KVP_ST_CACHED,
+				 memory_order_release);
 	/* Release: hash[b] before the entry (probe_tag's acquire). */
 	atomic_store_explicit(&t->slot[i], slot_make(key, b),
 			      memory_order_release);
 	t->live++;
-	mgr_stat_add(m, prefix_cached, 1);
 	return 1;
 }
 

@@ -91,16 +91,19 @@ void prefix_unhit(struct kvp_pool *pool, const uint32_t *blocks, uint32_t n);
 /*
  * A commit: prefix_store_begin takes m's event and store locks (in that
  * order), prefix_store_end drops them.  In between, prefix_store caches
- * block b (held by the caller, full) under hash h: returns 1 if stored, 0
- * if b is already cached or another block caches h, or -ENOMEM (nothing
- * changed).  prefix_store_prefetch asks for the lines a later
- * prefix_store(m, b, h) will write.
+ * block b (held by the caller, full) under hash h, whose key
+ * prefix_store_prepare(m, b, h) returned (asking for the lines the store
+ * will write: call it some blocks ahead).  prefix_store returns 1 if
+ * stored (the caller adds the count to m's prefix_cached statistic), 0 if
+ * b is already cached or another block caches h, or -ENOMEM (nothing
+ * changed).
  */
 void prefix_store_begin(struct kvp_manager *m);
 void prefix_store_end(struct kvp_manager *m);
-int prefix_store(struct kvp_manager *m, uint32_t b, const struct kvp_hash *h);
-void prefix_store_prefetch(struct kvp_manager *m, uint32_t b,
-			   const struct kvp_hash *h);
+uint64_t prefix_store_prepare(struct kvp_manager *m, uint32_t b,
+			      const struct kvp_hash *h);
+int prefix_store(struct kvp_manager *m, uint32_t b, const struct kvp_hash *h,
+		 uint64_t key);
 
 /*
  * Forgets every cached block of m: evictable ones go back to the free
