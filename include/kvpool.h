@@ -578,9 +578,16 @@ KVP_API int kvp_hash_set_xxh3_seed(uint64_t seed);
  * in other threads' caches (at most cache_blocks per thread) are taken
  * only when nothing is evictable.
  *
- * Hits are lock-free (an RCU hash lookup and one atomic transition per
- * block); a revival racing an eviction of the same block is decided by
- * one compare-and-swap on the block's state word.
+ * Hits are lock-free (a probe of the manager's hash table inside an RCU
+ * read-side section and one atomic transition per block); a revival
+ * racing an eviction of the same block is decided by one compare-and-swap
+ * on the block's state word.  Commits, evictions and resets of one
+ * manager serialise on its table's store lock.
+ *
+ * Memory: the first such manager of a pool adds 44 bytes per pool block
+ * (a cached block's hash, owner and eviction-list link); each such manager
+ * has a table of 16 bytes per pool block, allocated and written by
+ * kvp_manager_create (-ENOMEM if it cannot be), which never grows.
  */
 
 /*
