@@ -160,6 +160,23 @@ static void thp_probe(void)
 	fclose(f);
 }
 
+void kvp_advise_huge(void *p, size_t bytes)
+{
+#ifdef MADV_HUGEPAGE
+	uintptr_t a = ((uintptr_t)p + KVP_HUGE_PAGE - 1) & ~(KVP_HUGE_PAGE - 1);
+	uintptr_t e = ((uintptr_t)p + bytes) & ~(KVP_HUGE_PAGE - 1);
+
+	if (e <= a)
+		return;
+	kvp_check_pthread(pthread_once(&thp_once, thp_probe));
+	if (thp_needs_madvise)
+		(void)madvise((void *)a, e - a, MADV_HUGEPAGE);
+#else
+	(void)p;
+	(void)bytes;
+#endif
+}
+
 /*
  * One mmap for the whole arena (fresh anonymous pages are zero).  An arena
  * of 2 MiB or more is rounded up to whole 2 MiB pages (Linux aligns such

@@ -760,6 +760,8 @@ static struct prefix_table *table_new(uint64_t slots)
 
 	if (!t)
 		return NULL;
+	/* Probed at random: huge pages spare a TLB miss per probe. */
+	kvp_advise_huge(t, table_bytes(slots));
 	/* Written, not calloc'd: a fresh page first read (a probe) maps the
 	 * shared zero page, and the write after it must flush that mapping
 	 * from every CPU running the process (an IPI each, in a VM several
