@@ -203,13 +203,7 @@ static int pool_map_arena(struct kvp_pool *pool)
 		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	if (p == MAP_FAILED)
 		return -ENOMEM;
-#ifdef MADV_HUGEPAGE
-	if (bytes >= KVP_HUGE_PAGE) {
-		kvp_check_pthread(pthread_once(&thp_once, thp_probe));
-		if (thp_needs_madvise)
-			(void)madvise(p, bytes, MADV_HUGEPAGE);
-	}
-#endif
+	kvp_advise_huge(p, bytes);
 	pool->data = p;
 	pool->arena_bytes = bytes;
 	return 0;
