@@ -617,6 +617,19 @@ void mm_mgr_destroy(struct mm_mgr *m)
 
 /* ----------------------------------------------------------- operations */
 
+/* Enters new sequence s (id, tokens and blocks set) at slot, the empty
+ * slot mm_room gave for s->id, and counts its creation.  Lock held. */
+static void mm_publish_new(struct mm_mgr *m, uint64_t slot, struct mm_seq *s)
+{
+	s->last_access = ++m->pool->clock;
+	s->access_count = 1;
+	m->slots[slot].key = s->id;
+	m->slots[slot].seq = s;
+	m->count++;
+	m->st.seq_creates++;
+	m->st.tokens += s->num_tokens;
+}
+
 MM_API int mm_create(struct mm_mgr *m, uint64_t id, uint32_t num_tokens)
 {
 	struct mm_pool *p = m->pool;
@@ -643,13 +656,7 @@ MM_API int mm_create(struct mm_mgr *m, uint64_t id, uint32_t num_tokens)
 	}
 	for (uint32_t i = 0; i < nb; i++)
 		s->blocks[i] = mm_take_block(p);
-	s->last_access = ++p->clock;
-	s->access_count = 1;
-	m->slots[slot].key = id;
-	m->slots[slot].seq = s;
-	m->count++;
-	m->st.seq_creates++;
-	m->st.tokens += num_tokens;
+	mm_publish_new(m, slot, s);
 	m->st.blocks_allocated += nb;
 	pthread_mutex_unlock(&p->lock);
 	return 0;
@@ -705,13 +712,7 @@ MM_API int mm_create_cached(struct mm_mgr *m, uint64_t id,
 		mm_revive(p, s->blocks[i]);
 	for (uint32_t i = hits; i < nb; i++)
 		s->blocks[i] = mm_take_block(p);
-	s->last_access = ++p->clock;
-	s->access_count = 1;
-	m->slots[slot].key = id;
-	m->slots[slot].seq = s;
-	m->count++;
-	m->st.seq_creates++;
-	m->st.tokens += num_tokens;
+	mm_publish_new(m, slot, s);
 	m->st.blocks_allocated += nb - hits;
 	m->st.prefix_queries += num_tokens;
 	m->st.prefix_hits += (uint64_t)hits * bt;
