@@ -562,6 +562,42 @@ START_TEST(test_eviction_order_rerelease)
 }
 END_TEST
 
+/*
+ * A release whose blocks sit in the list as two runs, in the other order
+ * (a3 a2 linked after a1 a0): each run moves to the tail in the order
+ * freed, so the list ends as if they had moved one by one.
+ */
+START_TEST(test_eviction_order_two_runs)
+{
+	struct kvp_pool *p = mkpool_nc(16);
+	struct kvp_manager *m = mkpmgr(p);
+	struct chain a = mkchain(22, 4 * BT + 1);
+
+	listen(m, NULL);
+	ccreate_ok(m, 1, &a, a.nh, a.ntok);
+	commit_eq(m, 1, a.h, a.nh, 4);
+	free_ok(m, 1); /* a3 a2 a1 a0 */
+	ck_assert_uint_eq(ccreate_ok(m, 2, &a, 2, 2 * BT + 1), 2 * BT);
+	ck_assert_uint_eq(ccreate_ok(m, 3, &a, a.nh, a.ntok), 4 * BT);
+	free_ok(m, 3); /* a1 a0 held by 2: a1 a0 a3 a2 */
+	ck_assert_uint_eq(ccreate_ok(m, 4, &a, a.nh, a.ntok), 4 * BT);
+	free_ok(m, 2);
+	free_ok(m, 4); /* a3 a2, then a1 a0: a3 a2 a1 a0 */
+	expect_pool(p, 16, 4);
+	/* 12 never-cached blocks, then a3 and a2. */
+	evlog_reset();
+	create_ok(m, 5, 14 * BT);
+	{
+		const struct kvp_hash *want[] = {&a.h[3], &a.h[2]};
+
+		expect_removed(0, want, 2);
+	}
+	free_ok(m, 5);
+	ck_assert_uint_eq(probe(m, &a, a.ntok), 2 * BT);
+	finish(p, m);
+}
+END_TEST
+
 START_TEST(test_eviction_order)
 {
 	struct kvp_pool *p = mkpool_nc(8);
@@ -2295,6 +2331,7 @@ static Suite *prefix_suite(void)
 	tc = tcase_create("eviction");
 	tcase_add_test(tc, test_eviction_order);
 	tcase_add_test(tc, test_eviction_order_rerelease);
+	tcase_add_test(tc, test_eviction_order_two_runs);
 	tcase_add_test(tc, test_eviction_order_drain);
 	tcase_add_test(tc, test_eviction_batch);
 	tcase_add_test(tc, test_hits_not_self_evicted);
