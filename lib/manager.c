@@ -41,6 +41,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <string.h>
+#include <time.h>
 
 #include "alloc.h"
 #include "manager.h"
@@ -316,21 +317,46 @@ static void retire_flush(struct kvp_manager *m)
 		kvp_rcu_call(&batch->rcu, seq_recycle);
 }
 
-#define KVP_RETIRE_BATCH 64
+#define KVP_RETIRE_BATCH 64u		  /* retirements between clock reads */
+#define KVP_RETIRE_PERIOD_NS 50000000ull /* 50 ms: <= 20 batches a second */
+#define KVP_RETIRE_MAX 16384u		  /* ... unless this many wait */
+
+static uint64_t coarse_now_ns(void)
+{
+	struct timespec ts;
+
+	/* The coarse clock is read from the vDSO: no system call. */
+	if (clock_gettime(CLOCK_MONOTONIC_COARSE, &ts) != 0)
+		return 0;
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
 
 /*
- * Hands a dead struct back for reuse after a grace period.  One call_rcu
- * per struct would wake liburcu's worker on every free; instead structs
+ * Hands a dead struct back for reuse after a grace period.  Structs
  * gather on the retire list (a push-only stack: pushing is ABA-safe) and
- * every KVP_RETIRE_BATCH-th retirement detaches the whole list and queues
- * it with one call_rcu.  The grace period starts at the call_rcu, after
- * every struct of the batch was removed from the map, so it covers all of
- * them.  kvp_manager_destroy flushes the rest.
+ * are handed to call_rcu as one batch; the grace period starts at the
+ * call_rcu, after every struct of the batch was removed from the map, so
+ * it covers all of them.  kvp_manager_destroy flushes the rest.
+ *
+ * Batches are rationed by time, not only by count: at most one per
+ * KVP_RETIRE_PERIOD_NS, unless KVP_RETIRE_MAX structs wait.  A grace
+ * period is cheap on an idle CPU but not when every CPU runs a thread of
+ * ours: liburcu's call_rcu thread then preempts one of them, often inside
+ * a read-side section, and loops on membarrier() (an IPI to every CPU of
+ * the process) until that thread runs again.  With one batch per 64
+ * frees, bench_prefix's 2-thread loop of create_cached + free on 2 CPUs
+ * made 8,000 to 10,000 membarrier calls a second, and the call_rcu
+ * thread took about 15% of a CPU; rationed, about 2,000 calls.
+ * The price is memory: structs wait up to 50 ms (or until KVP_RETIRE_MAX
+ * wait) instead of one grace period, and a free that is not followed by
+ * others leaves its batch waiting until the next ones or the destroy.
  */
 static void seq_retire(struct kvp_seq *s)
 {
 	struct kvp_manager *m = s->mgr;
 	struct kvp_seq *top;
+	uint32_t n, flushed_n;
+	uint64_t now;
 
 	top = atomic_load_explicit(&m->retired, memory_order_relaxed);
 	do
@@ -339,11 +365,21 @@ static void seq_retire(struct kvp_seq *s)
 	while (!atomic_compare_exchange_weak_explicit(&m->retired, &top, s,
 						      memory_order_release,
 						      memory_order_relaxed));
-	/* Relaxed: only paces the batches. */
-	if (atomic_fetch_add_explicit(&m->nretired, 1, memory_order_relaxed) %
-		    KVP_RETIRE_BATCH ==
-	    KVP_RETIRE_BATCH - 1)
-		retire_flush(m);
+	/* Relaxed, here and below: these only pace the batches (two threads
+	 * may both flush: the second detaches what is left, maybe nothing). */
+	n = atomic_fetch_add_explicit(&m->nretired, 1, memory_order_relaxed) +
+	    1;
+	if (n % KVP_RETIRE_BATCH != 0)
+		return;
+	flushed_n = atomic_load_explicit(&m->flushed_n, memory_order_relaxed);
+	now = coarse_now_ns();
+	if (n - flushed_n < KVP_RETIRE_MAX &&
+	    now - atomic_load_explicit(&m->flushed_ns, memory_order_relaxed) <
+		    KVP_RETIRE_PERIOD_NS)
+		return;
+	atomic_store_explicit(&m->flushed_n, n, memory_order_relaxed);
+	atomic_store_explicit(&m->flushed_ns, now, memory_order_relaxed);
+	retire_flush(m);
 }
 
 /*
@@ -1272,6 +1308,8 @@ KVP_API int kvp_manager_create(const struct kvp_manager_config *cfg,
 	atomic_init(&m->free_seqs, NULL);
 	atomic_init(&m->retired, NULL);
 	atomic_init(&m->nretired, 0);
+	atomic_init(&m->flushed_n, 0);
+	atomic_init(&m->flushed_ns, 0);
 	m->pool = kvp_pool_ref(pool);
 	m->block_tokens = pool->block_tokens;
 	m->policy = cfg->policy;

@@ -122,9 +122,13 @@ struct kvp_manager {
 	 * comes back only after a grace period). */
 	kvp_cacheline_aligned _Atomic(struct kvp_seq *) free_seqs;
 	/* Removed structs waiting for a batch grace period: push-only (CAS),
-	 * detached whole (exchange) every KVP_RETIRE_BATCH pushes. */
+	 * detached whole (exchange) by seq_retire(), at most once per
+	 * KVP_RETIRE_PERIOD_NS unless KVP_RETIRE_MAX are waiting.
+	 * flushed_n and flushed_ns: nretired and the monotonic clock at the
+	 * last detach (relaxed: they only pace the detaches). */
 	kvp_cacheline_aligned _Atomic(struct kvp_seq *) retired;
-	_Atomic uint32_t nretired;
+	_Atomic uint32_t nretired, flushed_n;
+	_Atomic uint64_t flushed_ns;
 	struct mgr_shard shards[KVP_MGR_SHARDS];
 };
 
