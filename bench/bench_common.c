@@ -106,7 +106,7 @@ static int cmp_double(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
-static double median(const double *v, unsigned n)
+double bench_median(const double *v, unsigned n)
 {
 	double *s = bench_xcalloc(n, sizeof(*s));
 	double m;
@@ -480,7 +480,7 @@ void bench_res_store(unsigned w, unsigned ti, unsigned p)
 	unsigned reps = res_reps;
 	double worst = 0;
 
-	*bench_res(w, ti, p) = median(bench_sample(p, 0), reps);
+	*bench_res(w, ti, p) = bench_median(bench_sample(p, 0), reps);
 	for (unsigned rep = 0; rep < reps && worst >= 0; rep++)
 		if (others[rep] < 0)
 			worst = -1;

@@ -147,6 +147,9 @@ double *bench_sample_others(unsigned p, unsigned rep);
  * of its others shares (-1 if one is unknown). */
 void bench_res_store(unsigned w, unsigned ti, unsigned p);
 
+/* The median of v[0..n) (n > 0; v is not reordered). */
+double bench_median(const double *v, unsigned n);
+
 /* threads * 1e3 / mops: the wall time one thread spends per op, in ns. */
 double bench_ns_per_op(double mops, unsigned threads);
 
