@@ -5,9 +5,10 @@
  * Correctness argument.
  *
  * The pool keeps, per block, owner[b] (the manager caching b, or NULL) and
- * hash[b] (the hash b caches, four atomic words).  Each manager has an
- * open-addressing table (linear probing) of 64-bit slots: EMPTY, a
- * TOMBSTONE, or {32-bit tag of the hash's key, b + 1}.  Readers (hits) take
+ * hash[b] (the hash b caches, four atomic words), together in one cache
+ * line (struct prefix_block).  Each manager has an open-addressing table
+ * (linear probing) of 64-bit slots: EMPTY, a TOMBSTONE, or {32-bit tag of
+ * the hash's key, b + 1}.  Readers (hits) take
  * no lock: inside an RCU read-side section they load the table pointer and
  * probe from the key's home slot to the first EMPTY one.  Writers (commits,
  * evictions, resets) hold the manager's store lock.  A slot goes EMPTY ->
@@ -96,20 +97,26 @@
 
 #define KVP_UNLINKED 0xfffffffeu /* prev[b] of a block not in the list */
 
-/* The hash a block caches: atomic words (a stale reader may read them
- * while a new registration writes them). */
-struct prefix_hash {
-	_Atomic uint64_t w[4];
-};
+/*
+ * What the pool keeps per block for the prefix cache: hash[b], the hash
+ * b caches (atomic words: a stale reader may read them while a new
+ * registration writes them), and owner[b], the manager caching b (NULL
+ * if none).  One cache line per block: a hit reads both, a registration
+ * writes both and an eviction reads both, so that in a large pool each
+ * costs one miss, not two (the 24 bytes of padding buy that).
+ */
+struct prefix_block {
+	_Atomic uint64_t hash[4];
+	_Atomic(struct kvp_manager *) owner;
+} __attribute__((aligned(KVP_CACHELINE)));
 
 struct prefix_pool {
-	/* owner[b]: the manager caching b, NULL if none; hash[b]: the hash.
-	 * Written by the registering thread before CACHED (release); owner
-	 * cleared under the store lock when b's slot goes.  (The array
-	 * pointers are read-only.) */
-	_Atomic(struct kvp_manager *) *owner;
-	struct prefix_hash *hash;
-	uint32_t *prev; /* lock */
+	/* blk[b]: hash[b] and owner[b], written by the registering thread
+	 * before CACHED (release); owner cleared under the store lock when
+	 * b's slot goes.  prev[b]: the evictable list's back links (lock).
+	 * (The array pointers are read-only.) */
+	struct prefix_block *blk;
+	uint32_t *prev;
 	/* The evictable list (lock), least recently freed at head, on its
 	 * own cache line. */
 	kvp_cacheline_aligned pthread_mutex_t lock;
@@ -218,19 +225,19 @@ static inline uint64_t key_of(const uint64_t w[4])
 static inline bool hash_is(const struct prefix_pool *pp, uint32_t b,
 			   const uint64_t w[4])
 {
-	const struct prefix_hash *ph = &pp->hash[b];
+	const _Atomic uint64_t *h = pp->blk[b].hash;
 
-	return atomic_load_explicit(&ph->w[0], memory_order_relaxed) == w[0] &&
-	       atomic_load_explicit(&ph->w[1], memory_order_relaxed) == w[1] &&
-	       atomic_load_explicit(&ph->w[2], memory_order_relaxed) == w[2] &&
-	       atomic_load_explicit(&ph->w[3], memory_order_relaxed) == w[3];
+	return atomic_load_explicit(&h[0], memory_order_relaxed) == w[0] &&
+	       atomic_load_explicit(&h[1], memory_order_relaxed) == w[1] &&
+	       atomic_load_explicit(&h[2], memory_order_relaxed) == w[2] &&
+	       atomic_load_explicit(&h[3], memory_order_relaxed) == w[3];
 }
 
 static inline void hash_read(const struct prefix_pool *pp, uint32_t b,
 			     uint64_t w[4])
 {
 	for (int i = 0; i < 4; i++)
-		w[i] = atomic_load_explicit(&pp->hash[b].w[i],
+		w[i] = atomic_load_explicit(&pp->blk[b].hash[i],
 					    memory_order_relaxed);
 }
 
@@ -238,7 +245,7 @@ static inline void hash_write(struct prefix_pool *pp, uint32_t b,
 			      const uint64_t w[4])
 {
 	for (int i = 0; i < 4; i++)
-		atomic_store_explicit(&pp->hash[b].w[i], w[i],
+		atomic_store_explicit(&pp->blk[b].hash[i], w[i],
 				      memory_order_relaxed);
 }
 
@@ -370,23 +377,23 @@ int prefix_pool_attach(struct kvp_pool *pool)
 	if (!pp)
 		return -ENOMEM;
 	memset(pp, 0, sizeof(*pp));
-	pp->owner = kvp_calloc(n, sizeof(*pp->owner));
-	/* Written now (below), as the other arrays: left to fault in lazily,
-	 * its pages would cost the commits that first touch them. */
-	pp->hash = kvp_malloc((size_t)n * sizeof(*pp->hash));
+	/* Written now (below): left to fault in lazily, their pages would
+	 * cost the commits that first touch them. */
+	pp->blk = kvp_malloc_aligned(KVP_CACHELINE,
+				     (size_t)n * sizeof(*pp->blk));
 	pp->prev = kvp_malloc((size_t)n * sizeof(*pp->prev));
-	if (!pp->owner || !pp->hash || !pp->prev ||
-	    list_lock_init(&pp->lock) != 0) {
-		kvp_free(pp->owner, (size_t)n * sizeof(*pp->owner));
-		kvp_free(pp->hash, (size_t)n * sizeof(*pp->hash));
+	if (!pp->blk || !pp->prev || list_lock_init(&pp->lock) != 0) {
+		if (pp->blk)
+			kvp_free_aligned(pp->blk, KVP_CACHELINE,
+					 (size_t)n * sizeof(*pp->blk));
 		kvp_free(pp->prev, (size_t)n * sizeof(*pp->prev));
 		kvp_free_aligned(pp, KVP_CACHELINE, sizeof(*pp));
 		return -ENOMEM;
 	}
 	for (uint32_t b = 0; b < n; b++) {
-		atomic_init(&pp->owner[b], NULL);
+		atomic_init(&pp->blk[b].owner, NULL);
 		for (int i = 0; i < 4; i++)
-			atomic_init(&pp->hash[b].w[i], 0);
+			atomic_init(&pp->blk[b].hash[i], 0);
 		pp->prev[b] = KVP_UNLINKED;
 	}
 	pp->head = pp->tail = KVP_NIL;
@@ -407,8 +414,7 @@ void prefix_pool_free(struct kvp_pool *pool)
 	if (!pp)
 		return;
 	pthread_mutex_destroy(&pp->lock);
-	kvp_free(pp->owner, (size_t)n * sizeof(*pp->owner));
-	kvp_free(pp->hash, (size_t)n * sizeof(*pp->hash));
+	kvp_free_aligned(pp->blk, KVP_CACHELINE, (size_t)n * sizeof(*pp->blk));
 	kvp_free(pp->prev, (size_t)n * sizeof(*pp->prev));
 	kvp_free_aligned(pp, KVP_CACHELINE, sizeof(*pp));
 }
@@ -602,18 +608,16 @@ int prefix_evict(struct kvp_pool *pool, uint32_t n, uint32_t *ids)
 					      ? got
 					      : i + KVP_EVENT_BATCH;
 
-		for (uint32_t j = i; j < end; j++) {
-			__builtin_prefetch(&pp->owner[ids[j]], 0);
-			__builtin_prefetch(&pp->hash[ids[j]], 0);
-		}
+		for (uint32_t j = i; j < end; j++)
+			__builtin_prefetch(&pp->blk[ids[j]], 0);
 		/* Acquire: the manager and hash as their registrar wrote them
 		 * (the blocks are ours now: nobody else writes them). */
-		m = atomic_load_explicit(&pp->owner[ids[i]],
+		m = atomic_load_explicit(&pp->blk[ids[i]].owner,
 					 memory_order_acquire);
 		/* Only to prefetch slots: a rebuild may replace it. */
 		t = table_of(m);
 		while (i + k < end &&
-		       atomic_load_explicit(&pp->owner[ids[i + k]],
+		       atomic_load_explicit(&pp->blk[ids[i + k]].owner,
 					    memory_order_relaxed) == m) {
 			uint64_t w[4];
 
@@ -728,7 +732,7 @@ int prefix_check_pool(struct kvp_pool *pool)
 		if (s & KVP_ST_EVICTING)
 			check_fail("block %u is being evicted at quiescence\n",
 				   b);
-		if (cached != (atomic_load_explicit(&pp->owner[b],
+		if (cached != (atomic_load_explicit(&pp->blk[b].owner,
 						    memory_order_relaxed) !=
 			       NULL))
 			check_fail("block %u: cached flag and owner "
@@ -858,7 +862,7 @@ static void table_delete(struct kvp_manager *m, struct prefix_pool *pp,
 	atomic_store_explicit(&t->slot[i], SLOT_TOMB, memory_order_relaxed);
 	t->live--;
 	t->dead++;
-	atomic_store_explicit(&pp->owner[b], NULL, memory_order_relaxed);
+	atomic_store_explicit(&pp->blk[b].owner, NULL, memory_order_relaxed);
 }
 
 /* Puts live slot value v into a fresh table (no tombstones, nothing else
@@ -1001,7 +1005,7 @@ static bool take_one(struct kvp_manager *m, struct prefix_pool *pp,
 	} while (!atomic_compare_exchange_weak_explicit(
 		st, &s, s + 1, memory_order_acq_rel, memory_order_relaxed));
 	*revived += refs_of(s) == 0;
-	if (atomic_load_explicit(&pp->owner[b], memory_order_relaxed) != m ||
+	if (atomic_load_explicit(&pp->blk[b].owner, memory_order_relaxed) != m ||
 	    !hash_is(pp, b, w)) {
 		/* ABA: evicted and cached again under another hash. */
 		(void)kvp_pool_free(pool, &b, 1);
@@ -1045,7 +1049,7 @@ uint32_t prefix_take(struct kvp_manager *m, const struct kvp_hash *hashes,
 					    home_of(key[j], t->mask), &at[j]);
 			if (cand[j] == KVP_NIL)
 				break;
-			__builtin_prefetch(&pp->hash[cand[j]], 0);
+			__builtin_prefetch(&pp->blk[cand[j]], 0);
 			__builtin_prefetch(&pool->state[cand[j]], 1);
 		}
 		k = j; /* a miss ends the prefix */
@@ -1098,8 +1102,7 @@ uint64_t prefix_store_prepare(struct kvp_manager *m, uint32_t b,
 	hash_words(h, w);
 	key = key_of(w);
 	__builtin_prefetch(&t->slot[home_of(key, t->mask)], 1);
-	__builtin_prefetch(&pp->hash[b], 1);
-	__builtin_prefetch(&pp->owner[b], 1);
+	__builtin_prefetch(&pp->blk[b], 1);
 	__builtin_prefetch(&m->pool->state[b], 1);
 	return key;
 }
@@ -1114,7 +1117,7 @@ int prefix_store(struct kvp_manager *m, uint32_t b, const struct kvp_hash *h,
 
 	/* Relaxed: owner[] of a block m's sequences hold changes only under
 	 * m's store lock, which we hold. */
-	if (atomic_load_explicit(&pp->owner[b], memory_order_relaxed))
+	if (atomic_load_explicit(&pp->blk[b].owner, memory_order_relaxed))
 		return 0; /* a fork's sibling registered it */
 	if (table_too_full(t, 4)) {
 		/* Half full, tombstones included (entries alone never are):
@@ -1147,7 +1150,7 @@ int prefix_store(struct kvp_manager *m, uint32_t b, const struct kvp_hash *h,
 		t->dead--;
 	}
 	hash_write(pp, b, w);
-	atomic_store_explicit(&pp->owner[b], m, memory_order_relaxed);
+	atomic_store_explicit(&pp->blk[b].owner, m, memory_order_relaxed);
 	/* Release: hash[b], owner[b] and the block's data before CACHED
 	 * (pairs with take_one's acquire CAS).  Only holders change the
 	 * count meanwhile (we hold the block). */
@@ -1213,7 +1216,7 @@ int prefix_clear(struct kvp_manager *m, bool force)
 			st, &s, nw, memory_order_acquire,
 			memory_order_relaxed));
 		list_unlink(pool, pp, b);
-		atomic_store_explicit(&pp->owner[b], NULL,
+		atomic_store_explicit(&pp->blk[b].owner, NULL,
 				      memory_order_relaxed);
 		atomic_store_explicit(&t->slot[i], SLOT_TOMB,
 				      memory_order_relaxed);
@@ -1301,7 +1304,7 @@ int prefix_check_manager(struct kvp_manager *m, uint64_t *nodes)
 				       i, b);
 			continue;
 		}
-		if (atomic_load_explicit(&pp->owner[b],
+		if (atomic_load_explicit(&pp->blk[b].owner,
 					 memory_order_relaxed) != m ||
 		    !(atomic_load_explicit(&pool->state[b],
 					   memory_order_relaxed) &
