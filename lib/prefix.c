@@ -8,14 +8,13 @@
  * hash[b] (the hash b caches, four atomic words), together in one cache
  * line (struct prefix_block).  Each manager has an open-addressing table
  * (linear probing) of 64-bit slots: EMPTY, a TOMBSTONE, or {32-bit tag of
- * the hash's key, b + 1}.  Readers (hits) take
- * no lock: inside an RCU read-side section they load the table pointer and
- * probe from the key's home slot to the first EMPTY one.  Writers (commits,
- * evictions, resets) hold the manager's store lock.  A slot goes EMPTY ->
- * entry -> TOMBSTONE -> entry ... and never back to EMPTY while its table
- * is published; an entry never moves.  So an entry present from a
- * reader's start to its end is found: every slot between its home and it
- * stays non-EMPTY.  A table full of tombstones is replaced under the lock
+ * the hash's key, b + 1}.  Readers (hits) take no lock: inside an RCU
+ * read-side section they load the table pointer and probe from the key's
+ * home slot to the first EMPTY one.  Writers (commits, evictions, resets)
+ * hold the manager's store lock.  A slot goes EMPTY -> entry -> TOMBSTONE
+ * -> entry ... and never back to EMPTY while its table is published; an
+ * entry never moves.  So an entry present from a reader's start to its
+ * end is found: every slot between its home and it stays non-EMPTY.  A table full of tombstones is replaced under the lock
  * by a rebuilt copy (published with a release store; the old one freed
  * with call_rcu, after every reader that may probe it is done).
  *
