@@ -29,6 +29,23 @@
 #endif
 
 /*
+ * Prefetches the line at p for writing: it arrives exclusive, so an
+ * atomic read-modify-write to it then costs no second transfer (a read
+ * prefetch of a line another CPU wrote brings it shared, and the write
+ * must then invalidate the other copy: a second round trip).  GCC's
+ * __builtin_prefetch(p, 1) is a read prefetch on x86-64 unless the build
+ * targets a CPU with PREFETCHW, so the instruction is written out: every
+ * x86-64 CPU decodes it (Intel before Broadwell as a no-op).  A prefetch
+ * never faults.
+ */
+#if defined(__x86_64__) || defined(__i386__)
+#define kvp_prefetch_w(p)                                                    \
+	__asm__("prefetchw %0" : : "m"(*(const volatile char *)(p)))
+#else
+#define kvp_prefetch_w(p) __builtin_prefetch((p), 1)
+#endif
+
+/*
  * Thread-local state of the library, initial-exec: a %fs-relative access
  * instead of a call on every operation.  A dlopen()ed library may use a
  * little initial-exec TLS from glibc's static TLS reserve (Mesa's libEGL

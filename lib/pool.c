@@ -818,14 +818,26 @@ drop_sole(struct kvp_pool *pool, const uint32_t *ids, uint32_t n,
 	return 0;
 }
 
+/* State words drop_distinct() prefetches before its first CAS. */
+#define KVP_DROP_AHEAD 256u
+
 /*
  * kvp_pool_free's drop for a caller that holds one reference on each of
  * its distinct ids (a sequence's table): one pass, as it cannot fail
  * short of a caller bug (-ERANGE, -EALREADY: then every other id is still
- * dropped, so nothing leaks).  Blocks others share, or cached ones (which hits may
- * take references on at any time), are decremented by CAS; the next few
- * words are prefetched for writing, as shared blocks' lines are often in
- * another core's cache.
+ * dropped, so nothing leaks).  Blocks others share, or cached ones (which
+ * hits may take references on at any time), are decremented by CAS.
+ *
+ * The state words are prefetched for writing (kvp_prefetch_w): the first
+ * KVP_DROP_AHEAD at once, then 4 ids ahead.  Shared blocks' lines are
+ * often in another core's cache, and a sequence's table covers a few
+ * lines of them (a 4,096-token prompt's 256 blocks: 16 lines when they
+ * were allocated together), whose transfers then overlap instead of
+ * following one another.  bench_prefix's 2-thread hot prefix (two threads
+ * freeing the same 255 cached blocks), 2-thread / 1-thread throughput,
+ * medians of 6 to 8 alternating runs: 1.46x with read prefetches 4 ids
+ * ahead (the builtin's "write" prefetch is a read one on x86-64), 1.57x
+ * with PREFETCHW, 1.59x with the first 256 at once as well.
  */
 static inline __attribute__((always_inline)) int
 drop_distinct(struct kvp_pool *pool, const uint32_t *ids, uint32_t n,
@@ -836,11 +848,14 @@ drop_distinct(struct kvp_pool *pool, const uint32_t *ids, uint32_t n,
 	struct idle_batch idle = {.n = 0};
 	int err = 0;
 
+	for (uint32_t i = 0; i < n && i < KVP_DROP_AHEAD; i++)
+		if (ids[i] < num_blocks)
+			kvp_prefetch_w(&state[ids[i]]);
 	for (uint32_t i = 0; i < n; i++) {
 		uint32_t id = ids[i], s;
 
 		if (i + 4 < n && ids[i + 4] < num_blocks)
-			__builtin_prefetch(&state[ids[i + 4]], 1);
+			kvp_prefetch_w(&state[ids[i + 4]]);
 		if (unlikely(id >= num_blocks)) {
 			err = -ERANGE;
 			continue;

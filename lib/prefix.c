@@ -1049,7 +1049,7 @@ uint32_t prefix_take(struct kvp_manager *m, const struct kvp_hash *hashes,
 			if (cand[j] == KVP_NIL)
 				break;
 			__builtin_prefetch(&pp->blk[cand[j]], 0);
-			__builtin_prefetch(&pool->state[cand[j]], 1);
+			kvp_prefetch_w(&pool->state[cand[j]]);
 		}
 		k = j; /* a miss ends the prefix */
 		for (j = 0; j < k; j++) {
