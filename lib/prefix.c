@@ -381,6 +381,10 @@ int prefix_pool_attach(struct kvp_pool *pool)
 	pp->blk = kvp_malloc_aligned(KVP_CACHELINE,
 				     (size_t)n * sizeof(*pp->blk));
 	pp->prev = kvp_malloc((size_t)n * sizeof(*pp->prev));
+	/* Hits read blk[] at random (a cached block's id is anyone's):
+	 * huge pages spare them a TLB miss each in a large pool. */
+	if (pp->blk)
+		kvp_advise_huge(pp->blk, (size_t)n * sizeof(*pp->blk));
 	if (!pp->blk || !pp->prev || list_lock_init(&pp->lock) != 0) {
 		if (pp->blk)
 			kvp_free_aligned(pp->blk, KVP_CACHELINE,
