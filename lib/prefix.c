@@ -850,8 +850,20 @@ static int64_t table_find_block(const struct prefix_table *t, uint32_t b,
 	return -1;
 }
 
-/* Turns b's slot into a tombstone and forgets b's owner (store lock;
- * key: of b's hash). */
+/* Turns slot i of t, b's entry, into a tombstone and forgets b's owner
+ * (store lock). */
+static void slot_forget(struct prefix_table *t, struct prefix_pool *pp,
+			uint64_t i, uint32_t b)
+{
+	/* Relaxed: a reader that reads the old entry is stale anyway (the
+	 * state word decides). */
+	atomic_store_explicit(&t->slot[i], SLOT_TOMB, memory_order_relaxed);
+	t->live--;
+	t->dead++;
+	atomic_store_explicit(&pp->blk[b].owner, NULL, memory_order_relaxed);
+}
+
+/* Deletes b's entry from m's table (store lock; key: of b's hash). */
 static void table_delete(struct kvp_manager *m, struct prefix_pool *pp,
 			 uint32_t b, uint64_t key)
 {
@@ -860,12 +872,7 @@ static void table_delete(struct kvp_manager *m, struct prefix_pool *pp,
 
 	if (i < 0)
 		kvp_fatal("a cached block's slot was missing");
-	/* Relaxed: a reader that reads the old entry is stale anyway (the
-	 * state word decides). */
-	atomic_store_explicit(&t->slot[i], SLOT_TOMB, memory_order_relaxed);
-	t->live--;
-	t->dead++;
-	atomic_store_explicit(&pp->blk[b].owner, NULL, memory_order_relaxed);
+	slot_forget(t, pp, (uint64_t)i, b);
 }
 
 /* Puts live slot value v into a fresh table (no tombstones, nothing else
@@ -1172,6 +1179,7 @@ int prefix_clear(struct kvp_manager *m, bool force)
 	struct prefix_pool *pp = pool_prefix(pool);
 	struct prefix_table *t;
 	uint32_t first = KVP_NIL, last = KVP_NIL, nfreed = 0;
+	uint64_t nforgot = 0;
 
 	store_lock(m);
 	pp_lock(pp);
@@ -1219,12 +1227,8 @@ int prefix_clear(struct kvp_manager *m, bool force)
 			st, &s, nw, memory_order_acquire,
 			memory_order_relaxed));
 		list_unlink(pool, pp, b);
-		atomic_store_explicit(&pp->blk[b].owner, NULL,
-				      memory_order_relaxed);
-		atomic_store_explicit(&t->slot[i], SLOT_TOMB,
-				      memory_order_relaxed);
-		t->live--;
-		t->dead++;
+		slot_forget(t, pp, i, b);
+		nforgot++;
 		if (refs_of(s) == 0) {
 			atomic_fetch_sub_explicit(&pp->evictable, 1,
 						  memory_order_relaxed);
@@ -1237,9 +1241,9 @@ int prefix_clear(struct kvp_manager *m, bool force)
 			first = b;
 			nfreed++;
 		}
-		mgr_stat_add(m, prefix_cached, -1);
 	}
 	pp_unlock(pp);
+	mgr_stat_add(m, prefix_cached, -(int64_t)nforgot);
 	/* The tombstones stay until a commit finds the table half full. */
 	store_unlock(m);
 	/* Free all along (evictable, then on the stack): one push, and
