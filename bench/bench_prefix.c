@@ -245,6 +245,28 @@ static double us_per_prompt(double mops, unsigned threads)
 	return bench_ns_per_op(mops, threads) / 1e3;
 }
 
+/* The target "cache cost <= limit x hashing with workload w" at thread
+ * index ti (1 thread), or SKIP if w was not measured. */
+static void cost_verdict(const struct opts *o, unsigned ti, enum workload w,
+			 const char *name, double cache, double limit)
+{
+	char line[256];
+	double hash;
+
+	if (o->skip[w]) {
+		snprintf(line, sizeof(line),
+			 "cache cost against %s (not measured)", name);
+		bench_skip(line);
+		return;
+	}
+	hash = us_per_prompt(*bench_res(w, ti, 0), 1);
+	snprintf(line, sizeof(line),
+		 "cache cost %.2f us = %.2fx %s hashing (%.2f us), target <= "
+		 "%gx",
+		 cache, cache / hash, name, hash, limit);
+	bench_verdict(cache <= limit * hash, line);
+}
+
 int main(int argc, char **argv)
 {
 	struct opts o = {.tokens = 4096};
@@ -322,30 +344,12 @@ int main(int argc, char **argv)
 	i1 = bench_find_threads(c, 1);
 	i2 = bench_find_threads(c, 2);
 	if (i1 >= 0 && !o.skip[WL_CACHED]) {
-		double sha, xxh, cache;
+		double cache;
 
 		ti1 = (unsigned)i1;
-		sha = us_per_prompt(*bench_res(WL_SHA256, ti1, 0), 1);
-		xxh = us_per_prompt(*bench_res(WL_XXH3, ti1, 0), 1);
 		cache = us_per_prompt(*bench_res(WL_CACHED, ti1, 0), 1);
-		if (o.skip[WL_SHA256]) {
-			bench_skip("cache cost against SHA-256 (not measured)");
-		} else {
-			snprintf(line, sizeof(line),
-				 "cache cost %.2f us = %.2fx SHA-256 hashing "
-				 "(%.2f us), target <= 0.5x",
-				 cache, cache / sha, sha);
-			bench_verdict(cache <= 0.5 * sha, line);
-		}
-		if (o.skip[WL_XXH3]) {
-			bench_skip("cache cost against XXH3-128 (not measured)");
-		} else {
-			snprintf(line, sizeof(line),
-				 "cache cost %.2f us = %.2fx XXH3-128 hashing "
-				 "(%.2f us), target <= 2x",
-				 cache, cache / xxh, xxh);
-			bench_verdict(cache <= 2 * xxh, line);
-		}
+		cost_verdict(&o, ti1, WL_SHA256, "SHA-256", cache, 0.5);
+		cost_verdict(&o, ti1, WL_XXH3, "XXH3-128", cache, 2);
 	} else {
 		bench_skip("cache cost against hashing (needs 1 thread and "
 			   "cached)");
