@@ -92,8 +92,9 @@ void pool_note_used(struct kvp_pool *pool, uint64_t used);
 /*
  * Asks for transparent huge pages over the whole 2 MiB pages inside
  * [p, p + bytes), where the kernel gives them only on request (the data
- * arena; prefix tables, probed at random: fewer TLB misses).  Before the
- * pages are first touched; a refusal changes nothing.
+ * arena; prefix tables and per-block prefix records, read at random:
+ * fewer TLB misses).  Before the pages are first touched; a refusal
+ * changes nothing.
  */
 void kvp_advise_huge(void *p, size_t bytes);
 
