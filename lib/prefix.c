@@ -12,11 +12,16 @@
  * read-side section they load the table pointer and probe from the key's
  * home slot to the first EMPTY one.  Writers (commits, evictions, resets)
  * hold the manager's store lock.  A slot goes EMPTY -> entry -> TOMBSTONE
- * -> entry ... and never back to EMPTY while its table is published; an
- * entry never moves.  So an entry present from a reader's start to its
- * end is found: every slot between its home and it stays non-EMPTY.  A table full of tombstones is replaced under the lock
- * by a rebuilt copy (published with a release store; the old one freed
- * with call_rcu, after every reader that may probe it is done).
+ * -> entry ...; an entry never moves, and a slot on the probe path of an
+ * entry (from its home to it) never becomes EMPTY.  So an entry present
+ * from a reader's start to its end is found: every slot between its home
+ * and it stays non-EMPTY.  A deleted entry's slot, and the tombstones
+ * before it, do go back to EMPTY when the slot after it is EMPTY: a probe
+ * path has no EMPTY slot, so none continues through that slot, and none
+ * crosses the slots made EMPTY (slot_forget).  A table full of tombstones
+ * is replaced under the lock by a rebuilt copy (published with a release
+ * store; the old one freed with call_rcu, after every reader that may
+ * probe it is done).
  *
  * What a reader finds may be stale (the block evicted since, or an old
  * table): a slot is a hint, and the block's state word decides.  A cached
@@ -850,17 +855,40 @@ static int64_t table_find_block(const struct prefix_table *t, uint32_t b,
 	return -1;
 }
 
-/* Turns slot i of t, b's entry, into a tombstone and forgets b's owner
- * (store lock). */
+/*
+ * Turns slot i of t, b's entry, into a free slot and forgets b's owner
+ * (store lock).  The slot becomes a tombstone, unless the slot after it
+ * is EMPTY: then no entry's probe path crosses slot i (a path from an
+ * entry's home to the entry has no EMPTY slot, so it cannot continue
+ * through slot i + 1), and slot i, with the tombstones just before it,
+ * go back to EMPTY (see the argument at the top).  In a table at most
+ * half full most deletions end so, and tombstones, and the rebuilds that
+ * clear them, stay rare under churn.
+ */
 static void slot_forget(struct prefix_table *t, struct prefix_pool *pp,
 			uint64_t i, uint32_t b)
 {
-	/* Relaxed: a reader that reads the old entry is stale anyway (the
-	 * state word decides). */
-	atomic_store_explicit(&t->slot[i], SLOT_TOMB, memory_order_relaxed);
 	t->live--;
-	t->dead++;
 	atomic_store_explicit(&pp->blk[b].owner, NULL, memory_order_relaxed);
+	/* Relaxed stores: a reader that reads the old entry is stale anyway
+	 * (the state word decides), and one that reads EMPTY stops where
+	 * nothing it may look for lies beyond. */
+	if (atomic_load_explicit(&t->slot[(i + 1) & t->mask],
+				 memory_order_relaxed) != SLOT_EMPTY) {
+		atomic_store_explicit(&t->slot[i], SLOT_TOMB,
+				      memory_order_relaxed);
+		t->dead++;
+		return;
+	}
+	atomic_store_explicit(&t->slot[i], SLOT_EMPTY, memory_order_relaxed);
+	for (i = (i - 1) & t->mask;
+	     atomic_load_explicit(&t->slot[i], memory_order_relaxed) ==
+	     SLOT_TOMB;
+	     i = (i - 1) & t->mask) {
+		atomic_store_explicit(&t->slot[i], SLOT_EMPTY,
+				      memory_order_relaxed);
+		t->dead--;
+	}
 }
 
 /* Deletes b's entry from m's table (store lock; key: of b's hash). */
