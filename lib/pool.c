@@ -395,6 +395,83 @@ static int alloc_refill(struct kvp_pool *pool, struct tcache *tc, uint32_t c,
 }
 
 /*
+ * Evictions ahead of need: an allocation of at most KVP_EVICT_AHEAD_MAX
+ * blocks that must evict takes up to half a cache more and parks them in
+ * the thread's cache, so that the next small allocations (a decode
+ * step's new blocks) find them there instead of each taking the
+ * evictable list's lock.  At most one block in KVP_EVICT_AHEAD_SHARE of
+ * the evictable ones: the blocks evicted early are the next least
+ * recently freed, and in a large pool so few that the hit rate cannot
+ * tell.  A small pool evicts exactly what it must.
+ */
+#define KVP_EVICT_AHEAD_MAX 128u
+#define KVP_EVICT_AHEAD_SHARE 256u
+
+static uint32_t evict_ahead(struct kvp_pool *pool, struct tcache *tc,
+			    uint32_t need)
+{
+	uint64_t share;
+	uint32_t room;
+
+	if (!tc || need > KVP_EVICT_AHEAD_MAX)
+		return 0;
+	share = prefix_evictable(pool) / KVP_EVICT_AHEAD_SHARE;
+	room = tc->cap / 2;
+	if (room > KVP_EVICT_AHEAD_MAX)
+		room = KVP_EVICT_AHEAD_MAX;
+	return share < room ? (uint32_t)share : room;
+}
+
+/*
+ * Owner, not inside an operation: frees ids[0..n) (uncached, held once
+ * by the caller alone) into tc, or onto the global stack if they do not
+ * fit.
+ */
+static void park_ahead(struct kvp_pool *pool, struct tcache *tc,
+		       const uint32_t *ids, uint32_t n)
+{
+	uint32_t c;
+
+	/* Held once by us alone (prefix_evict): free again, with a plain
+	 * store, as a sole holder's free (see the top). */
+	for (uint32_t i = 0; i < n; i++)
+		atomic_store_explicit(&pool->state[ids[i]], 0,
+				      memory_order_relaxed);
+	while (unlikely(!tcache_enter(tc)))
+		tcache_wait_drain(tc);
+	c = tcache_count(tc);
+	if (c + n <= tc->cap) {
+		memcpy(tc->slots + c, ids, n * sizeof(*ids));
+		tcache_set_count(tc, c + n);
+		n = 0;
+	}
+	tcache_exit(tc);
+	if (n)
+		stack_push_ids(&pool->stack, pool->next, ids, n);
+}
+
+/*
+ * Evicts between need and need + ahead blocks (ahead <= KVP_EVICT_AHEAD_MAX):
+ * the first need into ids, the rest parked in tc.  Returns false (nothing
+ * changed) if fewer than need are evictable.
+ */
+static bool evict_into(struct kvp_pool *pool, struct tcache *tc,
+		       uint32_t need, uint32_t ahead, uint32_t *ids)
+{
+	uint32_t buf[2 * KVP_EVICT_AHEAD_MAX], k;
+
+	if (!ahead)
+		return prefix_evict(pool, need, need, ids) != 0;
+	k = prefix_evict(pool, need, need + ahead, buf);
+	if (!k)
+		return false;
+	memcpy(ids, buf, need * sizeof(*ids));
+	if (k > need)
+		park_ahead(pool, tc, buf + need, k - need);
+	return true;
+}
+
+/*
  * The calling thread's cache and the global stack could not give n
  * blocks.  Never-cached blocks first: what they still hold, then
  * evictable cached blocks (prefix caching), and only then the other
@@ -428,20 +505,22 @@ alloc_reclaim(struct kvp_pool *pool, struct tcache *tc, uint32_t n,
 			stack_chain_copy(pool->next, first, k, ids + got);
 			got += k;
 		}
-		if (got == n || prefix_evict(pool, n - got, ids + got) == 0) {
-			mark_allocated(pool, ids, got);
+		if (got == n ||
+		    evict_into(pool, tc, n - got,
+			       evict_ahead(pool, tc, n - got), ids + got)) {
+			mark_allocated(pool, ids, n);
 			return 0;
 		}
 		if (got)
 			stack_push_ids(&pool->stack, pool->next, ids, got);
 	}
 	k = tcache_drain_alloc(pool, evict ? 1 : n, n, ids);
-	if (k < n && (!evict || prefix_evict(pool, n - k, ids + k) != 0)) {
+	if (k < n && (!evict || !prefix_evict(pool, n - k, n - k, ids + k))) {
 		if (k)
 			stack_push_ids(&pool->stack, pool->next, ids, k);
 		return -ENOSPC;
 	}
-	mark_allocated(pool, ids, k);
+	mark_allocated(pool, ids, n);
 	return 0;
 }
 

@@ -546,25 +546,48 @@ static struct prefix_table *table_of(struct kvp_manager *m)
 static void table_delete(struct kvp_manager *m, struct prefix_pool *pp,
 			 uint32_t b, uint64_t key);
 
-int prefix_evict(struct kvp_pool *pool, uint32_t n, uint32_t *ids)
+/* Puts block b back at the head of the evictable list (lock held). */
+static void list_push_head(struct kvp_pool *pool, struct prefix_pool *pp,
+			   uint32_t b)
+{
+	set_next(pool, b, pp->head);
+	pp->prev[b] = KVP_NIL;
+	if (pp->head == KVP_NIL)
+		pp->tail = b;
+	else
+		pp->prev[pp->head] = b;
+	pp->head = b;
+}
+
+uint32_t prefix_evict(struct kvp_pool *pool, uint32_t min, uint32_t max,
+		      uint32_t *ids)
 {
 	struct prefix_pool *pp = pool_prefix(pool);
-	uint32_t got = 0, b;
+	uint32_t got = 0, b, nx;
+	int64_t avail;
 
 	/* Relaxed: a count; a stale one only fails or tries early. */
-	if (!pp || atomic_load_explicit(&pp->evictable, memory_order_relaxed) <
-			   (int64_t)n)
-		return -ENOSPC;
+	if (!pp)
+		return 0;
+	avail = atomic_load_explicit(&pp->evictable, memory_order_relaxed);
+	if (avail < (int64_t)min)
+		return 0;
+	if ((int64_t)max > avail)
+		max = (uint32_t)avail; /* no walk to the end for extras */
 	/* One read-side section around the claims and the deletions: see
 	 * the argument at the top (destroyed managers outlive it). */
 	kvp_rcu_read_lock();
 	pp_lock(pp);
-	for (b = pp->head; b != KVP_NIL && got < n; b = link_next(pool, b)) {
+	/* One pass from the head: claim idle blocks and unlink them, and
+	 * unlink held ones passed on the way (their holders relink them at
+	 * release). */
+	for (b = pp->head; b != KVP_NIL && got < max; b = nx) {
 		_Atomic uint32_t *st = &pool->state[b];
 		/* Acquire: the releaser's writes to the block happen before
 		 * our caller's reuse (pairs with the release decrements). */
 		uint32_t s = atomic_load_explicit(st, memory_order_acquire);
 
+		nx = link_next(pool, b);
 		while (refs_of(s) == 0 &&
 		       !atomic_compare_exchange_weak_explicit(
 			       st, &s, s | KVP_ST_EVICTING,
@@ -572,34 +595,28 @@ int prefix_evict(struct kvp_pool *pool, uint32_t n, uint32_t *ids)
 			;
 		if (refs_of(s) == 0)
 			ids[got++] = b; /* claimed */
+		list_unlink(pool, pp, b);
 	}
-	if (got < n) {
-		/* Not enough: give the claims back, unlink nothing.  Only
-		 * the claimer changes an EVICTING word. */
-		for (uint32_t i = 0; i < got; i++)
-			atomic_store_explicit(&pool->state[ids[i]],
-					      KVP_ST_CACHED,
+	if (got < min) {
+		/* Not enough: give the claims back, at the head in their old
+		 * order (the held blocks passed are relinked by their
+		 * holders, as always).  Only the claimer changes an EVICTING
+		 * word. */
+		while (got) {
+			b = ids[--got];
+			list_push_head(pool, pp, b);
+			atomic_store_explicit(&pool->state[b], KVP_ST_CACHED,
 					      memory_order_relaxed);
+		}
 		pp_unlock(pp);
 		kvp_rcu_read_unlock();
-		return -ENOSPC;
+		return 0;
 	}
-	/* Held blocks passed on the way leave the list (their holders
-	 * relink them at release); the claimed ones become ours: uncached,
-	 * held once.  Their slots and owner[] go below. */
-	for (uint32_t x = pp->head; x != ids[got - 1];) {
-		uint32_t nx = link_next(pool, x);
-
-		if (refs_of(atomic_load_explicit(&pool->state[x],
-						 memory_order_relaxed)))
-			list_unlink(pool, pp, x);
-		x = nx;
-	}
-	for (uint32_t i = 0; i < got; i++) {
-		list_unlink(pool, pp, ids[i]);
+	/* The claimed blocks are ours: uncached, held once.  Their slots
+	 * and owner[] go below. */
+	for (uint32_t i = 0; i < got; i++)
 		atomic_store_explicit(&pool->state[ids[i]], 1,
 				      memory_order_relaxed);
-	}
 	atomic_fetch_sub_explicit(&pp->evictable, got, memory_order_relaxed);
 	atomic_fetch_add_explicit(&pp->evictions, got, memory_order_relaxed);
 	pp_unlock(pp);
@@ -648,7 +665,7 @@ int prefix_evict(struct kvp_pool *pool, uint32_t n, uint32_t *ids)
 		i += k;
 	}
 	kvp_rcu_read_unlock();
-	return 0;
+	return got;
 }
 
 uint64_t prefix_evictable(struct kvp_pool *pool)

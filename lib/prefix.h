@@ -46,12 +46,13 @@ void prefix_pool_free(struct kvp_pool *pool);
 void prefix_release(struct kvp_pool *pool, const uint32_t *ids, uint32_t n);
 
 /*
- * Takes n evictable blocks, least recently freed first, all or nothing:
- * on success each is uncached, held once by the caller, its hash removed
- * from its manager (with a KVP_EVENT_REMOVED event).  Returns 0 or
- * -ENOSPC (nothing changed).
+ * Takes between min and max evictable blocks (1 <= min <= max), least
+ * recently freed first, at least min or none: each taken is uncached,
+ * held once by the caller, its hash removed from its manager (with a
+ * KVP_EVENT_REMOVED event).  Returns how many, or 0 (nothing changed).
  */
-int prefix_evict(struct kvp_pool *pool, uint32_t n, uint32_t *ids);
+uint32_t prefix_evict(struct kvp_pool *pool, uint32_t min, uint32_t max,
+		      uint32_t *ids);
 
 /* Cached blocks with no reference (a count: exact at quiescence). */
 uint64_t prefix_evictable(struct kvp_pool *pool);
