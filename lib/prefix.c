@@ -841,7 +841,7 @@ static uint64_t table_slots(const struct kvp_manager *m)
 {
 	uint64_t n = KVP_TABLE_MIN;
 
-	while (n < 2 * (uint64_t)m->pool->num_blocks && n < KVP_TABLE_MAX)
+	while (n < 4 * (uint64_t)m->pool->num_blocks && n < KVP_TABLE_MAX)
 		n <<= 1;
 	return n;
 }
