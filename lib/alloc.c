@@ -8,12 +8,20 @@
  * allocates from a private arena with mallocx/sdallocx.  Built with
  * --with-jemalloc=yes the library links jemalloc and always uses it.
  * Sanitizer builds never use it: they cannot see mallocx allocations.
+ *
+ * Also the identities of allocated objects (kvp_next_uid) and the request
+ * for transparent huge pages (kvp_advise_huge).  Layer 2 of DESIGN.md
+ * section 2: calls nothing of the library's above compiler.h.
  */
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #define KVP_ALLOC_DEFINING /* the functions themselves, not the macros */
 #include "alloc.h"
@@ -165,4 +173,52 @@ void kvp_free_aligned(void *ptr, size_t align, size_t size)
 const char *kvp_allocator_name(void)
 {
 	return use_jemalloc() ? "jemalloc" : "libc";
+}
+
+static _Atomic uint64_t last_uid; /* atomic */
+
+uint64_t kvp_next_uid(void)
+{
+	/* Relaxed: uniqueness is all that matters. */
+	return atomic_fetch_add_explicit(&last_uid, 1, memory_order_relaxed) +
+	       1;
+}
+
+#define KVP_HUGE_PAGE ((size_t)2 << 20)
+
+/*
+ * Whether transparent huge pages must be asked for with madvise: the
+ * kernel's mode, read once per process ("always" gives them to large
+ * anonymous mappings unasked, "never" refuses them).
+ */
+static pthread_once_t thp_once = PTHREAD_ONCE_INIT;
+static bool thp_needs_madvise; /* written once under thp_once */
+
+static void thp_probe(void)
+{
+	char mode[128] = "";
+	FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "re");
+
+	if (!f)
+		return;
+	if (fgets(mode, sizeof(mode), f))
+		thp_needs_madvise = strstr(mode, "[madvise]") != NULL;
+	fclose(f);
+}
+
+void kvp_advise_huge(void *p, size_t bytes)
+{
+#ifdef MADV_HUGEPAGE
+	uintptr_t a = ((uintptr_t)p + KVP_HUGE_PAGE - 1) & ~(KVP_HUGE_PAGE - 1);
+	uintptr_t e = ((uintptr_t)p + bytes) & ~(KVP_HUGE_PAGE - 1);
+
+	if (e <= a)
+		return;
+	kvp_check_pthread(pthread_once(&thp_once, thp_probe));
+	if (thp_needs_madvise)
+		(void)madvise((void *)a, e - a, MADV_HUGEPAGE);
+#else
+	(void)p;
+	(void)bytes;
+#endif
 }

@@ -12,6 +12,7 @@
 #define KVP_ALLOC_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 void *kvp_malloc(size_t size);
 void *kvp_calloc(size_t nmemb, size_t size); /* NULL on overflow too */
@@ -22,6 +23,22 @@ void kvp_free_aligned(void *ptr, size_t align, size_t size);
 
 /* "jemalloc" or "libc": which allocator the process settled on. */
 const char *kvp_allocator_name(void);
+
+/*
+ * A number never handed out before in this process (from 1): the identity
+ * of an object the library allocates (a pool's caches, a manager), which,
+ * unlike its address, is never reused.  Lock-free.
+ */
+uint64_t kvp_next_uid(void);
+
+/*
+ * Asks for transparent huge pages over the whole 2 MiB pages inside
+ * [p, p + bytes), where the kernel gives them only on request (the data
+ * arena; prefix tables and per-block prefix records, read at random:
+ * fewer TLB misses).  Before the pages are first touched; a refusal
+ * changes nothing.
+ */
+void kvp_advise_huge(void *p, size_t bytes);
 
 /*
  * Fault injection, for test programs only (tests/check_faults and

@@ -47,7 +47,6 @@
 #include "manager.h"
 #include "prefix.h"
 #include "rcu.h"
-#include "tcache.h"
 
 #define KVP_DEFAULT_EVICTION_THRESHOLD 0.9f
 #define KVP_DEFAULT_WATERMARK 0.01f
@@ -630,7 +629,7 @@ static int seq_create(struct kvp_manager *m, uint64_t id, uint32_t num_tokens,
 		return -ENOMEM;
 	err = table_reserve(s, nb);
 	if (!err && limit)
-		h = prefix_take(m, hashes, limit, s->blocks);
+		h = prefix_take(&m->prefix, hashes, limit, s->blocks);
 	if (!err && nb > h)
 		err = kvp_pool_alloc(m->pool, nb - h, s->blocks + h);
 	if (err) {
@@ -722,11 +721,11 @@ KVP_API int kvp_seq_commit(struct kvp_manager *m, uint64_t id,
 	upto = seq_tokens(s) / m->block_tokens; /* full blocks */
 	if (upto > nhashes)
 		upto = nhashes;
-	prefix_store_begin(m);
+	prefix_store_begin(&m->prefix);
 	for (i = s->committed; i < upto && i < s->committed + KVP_COMMIT_AHEAD;
 	     i++)
 		keys[i % KVP_COMMIT_AHEAD] =
-			prefix_store_prepare(m, s->blocks[i], &hashes[i]);
+			prefix_store_prepare(&m->prefix, s->blocks[i], &hashes[i]);
 	/* Blocks [run, i) were stored by this call: one STORED event per
 	 * contiguous run, emitted while we hold the blocks (so before any
 	 * can be evicted and reported removed). */
@@ -737,15 +736,15 @@ KVP_API int kvp_seq_commit(struct kvp_manager *m, uint64_t id,
 
 		if (ahead < upto)
 			keys[ahead % KVP_COMMIT_AHEAD] = prefix_store_prepare(
-				m, s->blocks[ahead], &hashes[ahead]);
-		r = prefix_store(m, s->blocks[i], &hashes[i], key);
+				&m->prefix, s->blocks[ahead], &hashes[ahead]);
+		r = prefix_store(&m->prefix, s->blocks[i], &hashes[i], key);
 
 		if (r == 1) {
 			added++;
 			continue;
 		}
 		if (i > run)
-			prefix_emit(m, KVP_EVENT_STORED, hashes + run, i - run,
+			prefix_emit(&m->prefix, KVP_EVENT_STORED, hashes + run, i - run,
 				    run ? &hashes[run - 1] : NULL);
 		run = i + 1;
 		if (r < 0) {
@@ -754,15 +753,14 @@ KVP_API int kvp_seq_commit(struct kvp_manager *m, uint64_t id,
 		}
 	}
 	if (!err && i > run)
-		prefix_emit(m, KVP_EVENT_STORED, hashes + run, i - run,
+		prefix_emit(&m->prefix, KVP_EVENT_STORED, hashes + run, i - run,
 			    run ? &hashes[run - 1] : NULL);
-	prefix_store_end(m);
+	prefix_store_end(&m->prefix);
 	if (s->committed < i)
 		s->committed = err ? i : upto;
 	seq_unlock(s);
 	if (added) {
 		stat_add(m, prefix_commits, added);
-		stat_add(m, prefix_cached, added);
 	}
 	return err ? err : added;
 }
@@ -775,11 +773,11 @@ KVP_API int kvp_prefix_reset(struct kvp_manager *m)
 		return -EINVAL;
 	/* Under the event lock: a concurrent commit's STORED comes before
 	 * CLEARED if the reset forgot its blocks, after it if not. */
-	prefix_events_begin(m);
-	err = prefix_clear(m, false);
+	prefix_events_begin(&m->prefix);
+	err = prefix_clear(&m->prefix, false);
 	if (!err)
-		prefix_emit(m, KVP_EVENT_CLEARED, NULL, 0, NULL);
-	prefix_events_end(m);
+		prefix_emit(&m->prefix, KVP_EVENT_CLEARED, NULL, 0, NULL);
+	prefix_events_end(&m->prefix);
 	return err;
 }
 
@@ -788,8 +786,7 @@ KVP_API int kvp_manager_set_event_cb(struct kvp_manager *m, kvp_event_cb cb,
 {
 	if (!m)
 		return -EINVAL;
-	m->event_cb = cb;
-	m->event_arg = cb ? arg : NULL;
+	prefix_set_event_sink(&m->prefix, cb, arg);
 	return 0;
 }
 
@@ -1281,6 +1278,36 @@ static int validate_manager_config(const struct kvp_manager_config *cfg)
 	return 0;
 }
 
+/*
+ * Every live manager of the process, so that kvp_manager_check can count
+ * the references of all the managers that share a pool.  Creation and
+ * destruction only.
+ */
+static pthread_mutex_t mgr_registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct kvp_manager *mgr_registry; /* mgr_registry_lock */
+
+static void registry_add(struct kvp_manager *m)
+{
+	kvp_check_pthread(pthread_mutex_lock(&mgr_registry_lock));
+	m->registry_next = mgr_registry;
+	mgr_registry = m;
+	kvp_check_pthread(pthread_mutex_unlock(&mgr_registry_lock));
+}
+
+static void registry_remove(struct kvp_manager *m)
+{
+	struct kvp_manager **pp;
+
+	kvp_check_pthread(pthread_mutex_lock(&mgr_registry_lock));
+	for (pp = &mgr_registry; *pp; pp = &(*pp)->registry_next) {
+		if (*pp == m) {
+			*pp = m->registry_next;
+			break;
+		}
+	}
+	kvp_check_pthread(pthread_mutex_unlock(&mgr_registry_lock));
+}
+
 KVP_API int kvp_manager_create(const struct kvp_manager_config *cfg,
 			       struct kvp_manager **out)
 {
@@ -1303,7 +1330,7 @@ KVP_API int kvp_manager_create(const struct kvp_manager_config *cfg,
 		return err;
 	}
 	pool = cfg->pool;
-	m->uid = tcache_next_uid();
+	m->uid = kvp_next_uid();
 	atomic_init(&m->slabs, NULL);
 	atomic_init(&m->free_seqs, NULL);
 	atomic_init(&m->retired, NULL);
@@ -1320,22 +1347,14 @@ KVP_API int kvp_manager_create(const struct kvp_manager_config *cfg,
 					  : KVP_DEFAULT_WATERMARK;
 	m->flags = cfg->flags;
 	if (m->flags & KVP_PREFIX_CACHE)
-		err = prefix_map_init(m);
-	kvp_check_pthread(pthread_mutex_lock(&pool->mgr_lock));
-	if (!err && (m->flags & KVP_PREFIX_CACHE))
-		err = prefix_pool_attach(pool);
-	if (!err) {
-		m->pool_next = pool->managers;
-		pool->managers = m;
-	}
-	kvp_check_pthread(pthread_mutex_unlock(&pool->mgr_lock));
+		err = prefix_cache_init(&m->prefix, pool);
 	if (err) {
-		prefix_map_fini(m);
 		seqmap_fini(&m->map);
 		kvp_pool_unref(pool);
 		kvp_free_aligned(m, KVP_CACHELINE, sizeof(*m));
 		return err;
 	}
+	registry_add(m);
 	*out = m;
 	return 0;
 }
@@ -1345,7 +1364,6 @@ KVP_API void kvp_manager_destroy(struct kvp_manager *m)
 	struct seqmap_iter iter;
 	struct seq_slab *slab, *next;
 	struct kvp_seq *s;
-	struct kvp_manager **pp;
 	struct kvp_pool *pool;
 
 	if (!m)
@@ -1361,7 +1379,7 @@ KVP_API void kvp_manager_destroy(struct kvp_manager *m)
 	}
 	kvp_rcu_read_unlock();
 	/* Its cached blocks: evictable ones back to the free lists. */
-	prefix_map_fini(m);
+	prefix_cache_fini(&m->prefix);
 	/* Every removed struct must be recycled before the map goes. */
 	retire_flush(m);
 	kvp_rcu_barrier();
@@ -1376,14 +1394,7 @@ KVP_API void kvp_manager_destroy(struct kvp_manager *m)
 	}
 
 	pool = m->pool;
-	kvp_check_pthread(pthread_mutex_lock(&pool->mgr_lock));
-	for (pp = &pool->managers; *pp; pp = &(*pp)->pool_next) {
-		if (*pp == m) {
-			*pp = m->pool_next;
-			break;
-		}
-	}
-	kvp_check_pthread(pthread_mutex_unlock(&pool->mgr_lock));
+	registry_remove(m);
 	kvp_free_aligned(m, KVP_CACHELINE, sizeof(*m));
 	kvp_pool_unref(pool);
 }
@@ -1415,9 +1426,9 @@ KVP_API void kvp_manager_stats(struct kvp_manager *m, struct kvp_stats *st)
 				      ? (double)st->prefix_hits /
 						(double)st->prefix_queries
 				      : 0.0;
-	st->prefix_cached_blocks = STAT(m, prefix_cached);
+	prefix_cache_stats(&m->prefix, &st->prefix_cached_blocks,
+			   &st->prefix_evictions);
 	st->prefix_commits = STAT(m, prefix_commits);
-	st->prefix_evictions = STAT(m, prefix_evictions);
 }
 
 KVP_API int kvp_manager_dump(struct kvp_manager *m, FILE *f)
@@ -1515,14 +1526,16 @@ KVP_API int kvp_manager_check(struct kvp_manager *m)
 	counts = kvp_calloc(pool->num_blocks, sizeof(*counts));
 	if (!counts)
 		return -ENOMEM;
-	kvp_check_pthread(pthread_mutex_lock(&pool->mgr_lock));
-	for (struct kvp_manager *o = pool->managers; o; o = o->pool_next) {
+	kvp_check_pthread(pthread_mutex_lock(&mgr_registry_lock));
+	for (struct kvp_manager *o = mgr_registry; o; o = o->registry_next) {
+		if (o->pool != pool)
+			continue;
 		if (check_manager_tables(o, counts))
 			err = -EFAULT;
-		if (prefix_check_manager(o, &nodes))
+		if (prefix_check_cache(&o->prefix, &nodes))
 			err = -EFAULT;
 	}
-	kvp_check_pthread(pthread_mutex_unlock(&pool->mgr_lock));
+	kvp_check_pthread(pthread_mutex_unlock(&mgr_registry_lock));
 	if (nodes != prefix_cached_blocks(pool)) {
 		fprintf(stderr,
 			"kvp_manager_check: %" PRIu64 " prefix nodes for %" PRIu64

@@ -13,6 +13,7 @@
 
 #include "compiler.h"
 #include "pool.h"
+#include "prefix.h"
 #include "seqmap.h"
 
 #define KVP_INLINE_TABLE 16
@@ -90,11 +91,7 @@ struct mgr_shard {
 	_Atomic uint64_t blocks_allocated, blocks_released;
 	_Atomic uint64_t sequences, tokens; /* deltas, wrapping */
 	_Atomic uint64_t prefix_queries, prefix_hits, prefix_commits;
-	_Atomic uint64_t prefix_evictions;
-	_Atomic uint64_t prefix_cached; /* deltas, wrapping */
 };
-
-struct prefix_table;
 
 struct kvp_manager {
 	/* Read-only after creation. */
@@ -105,15 +102,9 @@ struct kvp_manager {
 	float eviction_threshold, watermark;
 	uint32_t flags;
 	struct seqmap map;
-	/* KVP_PREFIX_CACHE: the table hash -> block (prefix.c), replaced
-	 * under prefix_lock and read lock-free; NULL otherwise. */
-	_Atomic(struct prefix_table *) prefix_table;
-	pthread_mutex_t prefix_lock; /* the table's writers (prefix.c) */
-	kvp_event_cb event_cb; /* set before concurrent use */
-	void *event_arg;
-	pthread_mutex_t event_lock; /* see prefix.c */
-	/* The pool's manager list.  Synchronization: pool->mgr_lock. */
-	struct kvp_manager *pool_next;
+	/* The managers of the process, for kvp_manager_check (manager.c's
+	 * registry).  Synchronization: mgr_registry_lock. */
+	struct kvp_manager *registry_next;
 	/* Every slab of sequence structs: push-only (CAS), freed at
 	 * destruction. */
 	_Atomic(struct seq_slab *) slabs;
@@ -130,6 +121,9 @@ struct kvp_manager {
 	_Atomic uint32_t nretired, flushed_n;
 	_Atomic uint64_t flushed_ns;
 	struct mgr_shard shards[KVP_MGR_SHARDS];
+	/* KVP_PREFIX_CACHE: the prefix cache (prefix.c's; zeroed and unused
+	 * otherwise). */
+	struct prefix_cache prefix;
 };
 
 /* This thread's shard: 1 + index, 0 = not yet assigned (owner only). */

@@ -55,7 +55,6 @@
 
 #include "alloc.h"
 #include "pool.h"
-#include "prefix.h"
 #include "tcache.h"
 
 /* Per-block metadata: the state word and the free-stack link. */
@@ -141,43 +140,6 @@ static void pool_free_memory(struct kvp_pool *pool)
 #define KVP_HUGE_PAGE ((size_t)2 << 20)
 
 /*
- * Whether transparent huge pages must be asked for with madvise: the
- * kernel's mode, read once per process ("always" gives them to large
- * anonymous mappings unasked, "never" refuses them).
- */
-static pthread_once_t thp_once = PTHREAD_ONCE_INIT;
-static bool thp_needs_madvise; /* written once under thp_once */
-
-static void thp_probe(void)
-{
-	char mode[128] = "";
-	FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "re");
-
-	if (!f)
-		return;
-	if (fgets(mode, sizeof(mode), f))
-		thp_needs_madvise = strstr(mode, "[madvise]") != NULL;
-	fclose(f);
-}
-
-void kvp_advise_huge(void *p, size_t bytes)
-{
-#ifdef MADV_HUGEPAGE
-	uintptr_t a = ((uintptr_t)p + KVP_HUGE_PAGE - 1) & ~(KVP_HUGE_PAGE - 1);
-	uintptr_t e = ((uintptr_t)p + bytes) & ~(KVP_HUGE_PAGE - 1);
-
-	if (e <= a)
-		return;
-	kvp_check_pthread(pthread_once(&thp_once, thp_probe));
-	if (thp_needs_madvise)
-		(void)madvise((void *)a, e - a, MADV_HUGEPAGE);
-#else
-	(void)p;
-	(void)bytes;
-#endif
-}
-
-/*
  * One mmap for the whole arena (fresh anonymous pages are zero).  An arena
  * of 2 MiB or more is rounded up to whole 2 MiB pages (Linux aligns such
  * mappings to them); where the kernel gives huge pages only on request, a
@@ -240,7 +202,6 @@ KVP_API int kvp_pool_create(const struct kvp_pool_config *cfg,
 	memset(pool, 0, sizeof(*pool));
 	pool->num_blocks = cfg->num_blocks;
 	pool->block_tokens = cfg->block_tokens;
-	pool->cache_cap = cap;
 	pool->flags = cfg->flags;
 	pool->device_id = cfg->device_id;
 	pool->block_bytes = block_bytes;
@@ -267,19 +228,18 @@ KVP_API int kvp_pool_create(const struct kvp_pool_config *cfg,
 	for (uint32_t i = 0; i < cfg->num_blocks; i++)
 		atomic_init(&pool->state[i], 0);
 	stack_init(&pool->stack, pool->next, cfg->num_blocks);
-	if (pthread_mutex_init(&pool->drain_lock, NULL) != 0) {
+	if (pthread_mutex_init(&pool->reclaimer_lock, NULL) != 0) {
 		pool_free_memory(pool);
 		return -ENOMEM;
 	}
-	if (pthread_mutex_init(&pool->mgr_lock, NULL) != 0) {
-		pthread_mutex_destroy(&pool->drain_lock);
-		pool_free_memory(pool);
-		return -ENOMEM;
-	}
+	atomic_init(&pool->reclaimer, NULL);
 	atomic_init(&pool->refcnt, 1);
-	atomic_init(&pool->tcaches, NULL);
-	pool->uid = tcache_next_uid();
-	tcache_pool_created(pool);
+	/* Last: from here on threads may attach caches. */
+	if (tcache_depot_init(&pool->depot, cap, &pool->stack, pool->next)) {
+		pthread_mutex_destroy(&pool->reclaimer_lock);
+		pool_free_memory(pool);
+		return -ENOMEM;
+	}
 	*out = pool;
 	return 0;
 }
@@ -295,20 +255,53 @@ KVP_API struct kvp_pool *kvp_pool_ref(struct kvp_pool *pool)
 
 KVP_API void kvp_pool_unref(struct kvp_pool *pool)
 {
+	const struct pool_reclaimer *rc;
+
 	if (!pool)
 		return;
 	/* Acq_rel: every holder's use happens before the destruction. */
 	if (atomic_fetch_sub_explicit(&pool->refcnt, 1,
 				      memory_order_acq_rel) != 1)
 		return;
-	tcache_pool_destroyed(pool);
-	prefix_pool_free(pool);
-	pthread_mutex_destroy(&pool->drain_lock);
-	pthread_mutex_destroy(&pool->mgr_lock);
+	tcache_depot_fini(&pool->depot);
+	rc = atomic_load_explicit(&pool->reclaimer, memory_order_acquire);
+	if (rc)
+		rc->fini(pool->reclaimer_ctx);
+	pthread_mutex_destroy(&pool->reclaimer_lock);
 	pool_free_memory(pool);
 }
 
-void pool_note_used(struct kvp_pool *pool, uint64_t used)
+int pool_set_reclaimer(struct kvp_pool *pool, const struct pool_reclaimer *ops,
+		       int (*make)(struct kvp_pool *pool, void **ctx))
+{
+	int err = 0;
+
+	kvp_check_pthread(pthread_mutex_lock(&pool->reclaimer_lock));
+	if (!atomic_load_explicit(&pool->reclaimer, memory_order_relaxed)) {
+		void *ctx = NULL;
+
+		err = make(pool, &ctx);
+		if (!err) {
+			pool->reclaimer_ctx = ctx;
+			/* Release: ctx, built by make(), before the ops
+			 * (pool_reclaimer_ctx()'s acquire). */
+			atomic_store_explicit(&pool->reclaimer, ops,
+					      memory_order_release);
+		}
+	}
+	kvp_check_pthread(pthread_mutex_unlock(&pool->reclaimer_lock));
+	return err;
+}
+
+/* The registered reclaimer, or NULL. */
+static inline const struct pool_reclaimer *reclaimer_of(struct kvp_pool *pool)
+{
+	/* Acquire: as pool_reclaimer_ctx(). */
+	return atomic_load_explicit(&pool->reclaimer, memory_order_acquire);
+}
+
+/* Records `used` as a candidate for the pool's peak. */
+static void pool_note_used(struct kvp_pool *pool, uint64_t used)
 {
 	uint64_t peak =
 		atomic_load_explicit(&pool->peak_used, memory_order_relaxed);
@@ -407,7 +400,8 @@ static int alloc_refill(struct kvp_pool *pool, struct tcache *tc, uint32_t c,
 #define KVP_EVICT_AHEAD_MAX 128u
 #define KVP_EVICT_AHEAD_SHARE 256u
 
-static uint32_t evict_ahead(struct kvp_pool *pool, struct tcache *tc,
+static uint32_t evict_ahead(struct kvp_pool *pool,
+			    const struct pool_reclaimer *rc, struct tcache *tc,
 			    uint32_t need)
 {
 	uint64_t share;
@@ -415,7 +409,7 @@ static uint32_t evict_ahead(struct kvp_pool *pool, struct tcache *tc,
 
 	if (!tc || need > KVP_EVICT_AHEAD_MAX)
 		return 0;
-	share = prefix_evictable(pool) / KVP_EVICT_AHEAD_SHARE;
+	share = rc->evictable(pool->reclaimer_ctx) / KVP_EVICT_AHEAD_SHARE;
 	room = tc->cap / 2;
 	if (room > KVP_EVICT_AHEAD_MAX)
 		room = KVP_EVICT_AHEAD_MAX;
@@ -432,7 +426,7 @@ static void park_ahead(struct kvp_pool *pool, struct tcache *tc,
 {
 	uint32_t c;
 
-	/* Held once by us alone (prefix_evict): free again, with a plain
+	/* Held once by us alone (the reclaimer's): free again, with a plain
 	 * store, as a sole holder's free (see the top). */
 	for (uint32_t i = 0; i < n; i++)
 		atomic_store_explicit(&pool->state[ids[i]], 0,
@@ -455,14 +449,15 @@ static void park_ahead(struct kvp_pool *pool, struct tcache *tc,
  * the first need into ids, the rest parked in tc.  Returns false (nothing
  * changed) if fewer than need are evictable.
  */
-static bool evict_into(struct kvp_pool *pool, struct tcache *tc,
-		       uint32_t need, uint32_t ahead, uint32_t *ids)
+static bool evict_into(struct kvp_pool *pool, const struct pool_reclaimer *rc,
+		       struct tcache *tc, uint32_t need, uint32_t ahead,
+		       uint32_t *ids)
 {
 	uint32_t buf[2 * KVP_EVICT_AHEAD_MAX], k;
 
 	if (!ahead)
-		return prefix_evict(pool, need, need, ids) != 0;
-	k = prefix_evict(pool, need, need + ahead, buf);
+		return rc->reclaim(pool->reclaimer_ctx, need, need, ids) != 0;
+	k = rc->reclaim(pool->reclaimer_ctx, need, need + ahead, buf);
 	if (!k)
 		return false;
 	memcpy(ids, buf, need * sizeof(*ids));
@@ -482,9 +477,9 @@ static __attribute__((noinline)) int
 alloc_reclaim(struct kvp_pool *pool, struct tcache *tc, uint32_t n,
 	      uint32_t *ids)
 {
-	/* Relaxed: only whether a prefix cache exists; prefix.c acquires. */
-	bool evict = atomic_load_explicit(&pool->prefix,
-					  memory_order_relaxed) != NULL;
+	const struct pool_reclaimer *rc = reclaimer_of(pool);
+	bool evict = rc != NULL;
+	uint64_t free_then;
 	uint32_t got = 0, first = KVP_NIL, k;
 
 	if (evict) {
@@ -506,16 +501,18 @@ alloc_reclaim(struct kvp_pool *pool, struct tcache *tc, uint32_t n,
 			got += k;
 		}
 		if (got == n ||
-		    evict_into(pool, tc, n - got,
-			       evict_ahead(pool, tc, n - got), ids + got)) {
+		    evict_into(pool, rc, tc, n - got,
+			       evict_ahead(pool, rc, tc, n - got), ids + got)) {
 			mark_allocated(pool, ids, n);
 			return 0;
 		}
 		if (got)
 			stack_push_ids(&pool->stack, pool->next, ids, got);
 	}
-	k = tcache_drain_alloc(pool, evict ? 1 : n, n, ids);
-	if (k < n && (!evict || !prefix_evict(pool, n - k, n - k, ids + k))) {
+	k = tcache_drain_alloc(&pool->depot, evict ? 1 : n, n, ids, &free_then);
+	pool_note_used(pool, pool->num_blocks - free_then);
+	if (k < n &&
+	    (!evict || !rc->reclaim(pool->reclaimer_ctx, n - k, n - k, ids + k))) {
 		if (k)
 			stack_push_ids(&pool->stack, pool->next, ids, k);
 		return -ENOSPC;
@@ -535,7 +532,7 @@ static __attribute__((noinline)) int alloc_slow(struct kvp_pool *pool,
 	/* The fast path leaves n == 0 to us (it fails its count check). */
 	if (unlikely(n == 0))
 		return -EINVAL;
-	tc = tcache_get(pool);
+	tc = tcache_get(&pool->depot);
 	if (unlikely(!tc)) {
 		err = alloc_direct(pool, n, ids);
 		goto out;
@@ -613,7 +610,7 @@ KVP_API int kvp_pool_alloc(struct kvp_pool *pool, uint32_t n, uint32_t *ids)
 
 	if (unlikely(!pool || !ids))
 		return -EINVAL;
-	if (unlikely(tcache_last.pool != pool || tcache_last.uid != pool->uid ||
+	if (unlikely(!tcache_last_is(&pool->depot) ||
 		     (pool->flags & KVP_POOL_ZERO)))
 		return alloc_slow(pool, n, ids);
 	tc = tcache_last.tc;
@@ -756,7 +753,7 @@ check_multiplicity(struct kvp_pool *pool, const uint32_t *ids, uint32_t n)
 
 /*
  * Cached blocks a free took to zero, handed to the evictable list in the
- * order freed, one prefix_release() (one list lock acquisition) per
+ * order freed, one reclaimer idle() call (prefix.c: one list lock) per
  * batch: a 4,096-token prompt of 16-token blocks in one.
  */
 struct idle_batch {
@@ -766,8 +763,9 @@ struct idle_batch {
 
 static inline void idle_flush(struct kvp_pool *pool, struct idle_batch *b)
 {
+	/* Only a pool with a reclaimer has cached blocks. */
 	if (b->n)
-		prefix_release(pool, b->ids, b->n);
+		reclaimer_of(pool)->idle(pool->reclaimer_ctx, b->ids, b->n);
 	b->n = 0;
 }
 
@@ -1044,7 +1042,7 @@ static __attribute__((noinline)) int free_slow(struct kvp_pool *pool,
 	/* The fast paths leave n == 0 to us (it fails their room check). */
 	if (unlikely(n == 0))
 		return -EINVAL;
-	tc = tcache_get(pool);
+	tc = tcache_get(&pool->depot);
 	if (!tc || n > tc->cap / 2)
 		return free_to_stack(pool, tc, ids, n, distinct);
 	while (unlikely(!tcache_enter(tc)))
@@ -1069,7 +1067,7 @@ free_cache_enter(struct kvp_pool *pool, uint32_t n, uint32_t *c)
 {
 	struct tcache *tc;
 
-	if (unlikely(tcache_last.pool != pool || tcache_last.uid != pool->uid))
+	if (unlikely(!tcache_last_is(&pool->depot)))
 		return NULL;
 	tc = tcache_last.tc;
 	if (unlikely(!tcache_enter(tc)))
@@ -1142,12 +1140,12 @@ take_sole_all(_Atomic uint32_t *state, uint32_t num_blocks,
  * the fast path read them, not the caller's array read again.
  */
 static __attribute__((noinline, cold)) int
-free_fast_undo(struct tcache *tc, const uint32_t *ids, uint32_t n,
-	       uint32_t took)
+free_fast_undo(struct kvp_pool *pool, struct tcache *tc, const uint32_t *ids,
+	       uint32_t n, uint32_t took)
 {
-	undo_sole(tc->pool, tc->slots + tcache_count(tc), took);
+	undo_sole(pool, tc->slots + tcache_count(tc), took);
 	tcache_exit(tc);
-	return free_slow(tc->pool, ids, n, false);
+	return free_slow(pool, ids, n, false);
 }
 
 /*
@@ -1173,7 +1171,7 @@ KVP_API int kvp_pool_free(struct kvp_pool *pool, const uint32_t *ids,
 	took = take_sole_all(pool->state, pool->num_blocks, ids, n,
 			     tc->slots + c);
 	if (unlikely(took < n))
-		return free_fast_undo(tc, ids, n, took);
+		return free_fast_undo(pool, tc, ids, n, took);
 	/* Reloaded (only we write it) rather than kept in a register
 	 * across the loop. */
 	tcache_set_count(tc, tcache_count(tc) + n);
@@ -1253,20 +1251,25 @@ KVP_API uint32_t kvp_pool_block_tokens(const struct kvp_pool *pool)
 
 KVP_API void kvp_pool_stats(struct kvp_pool *pool, struct kvp_pool_stats *st)
 {
-	uint64_t parked, allocs, frees, on_stack, released, revived;
+	const struct pool_reclaimer *rc;
+	struct pool_reclaimer_stats rs = {0};
+	uint64_t parked, allocs, frees, on_stack;
 	uint32_t threads;
 
 	if (!pool || !st)
 		return;
-	tcache_sum(pool, &parked, &allocs, &frees, &threads);
+	rc = reclaimer_of(pool);
+	if (rc)
+		rc->stats(pool->reclaimer_ctx, &rs);
+	tcache_sum(&pool->depot, &parked, &allocs, &frees, &threads);
 	/* Relaxed: statistics. */
 	on_stack = atomic_load_explicit(&pool->stack.count,
 					memory_order_relaxed);
 	memset(st, 0, sizeof(*st));
 	st->total = pool->num_blocks;
 	st->in_thread_caches = parked;
-	st->evictable = prefix_evictable(pool);
-	st->cache_evictions = prefix_evictions(pool);
+	st->evictable = rs.evictable;
+	st->cache_evictions = rs.evictions;
 	st->free = on_stack + parked + st->evictable;
 	if (st->free > st->total)
 		st->free = st->total;
@@ -1274,14 +1277,13 @@ KVP_API void kvp_pool_stats(struct kvp_pool *pool, struct kvp_pool_stats *st)
 	pool_note_used(pool, st->used);
 	st->peak_used =
 		atomic_load_explicit(&pool->peak_used, memory_order_relaxed);
-	prefix_transitions(pool, &released, &revived);
-	st->allocs = allocs + revived +
+	st->allocs = allocs + rs.revived +
 		     atomic_load_explicit(&pool->direct_allocs,
 					  memory_order_relaxed);
-	st->frees = frees + released +
+	st->frees = frees + rs.released +
 		    atomic_load_explicit(&pool->direct_frees,
 					 memory_order_relaxed);
-	st->cache_blocks = pool->cache_cap;
+	st->cache_blocks = pool->depot.cap;
 	st->threads = threads;
 }
 
@@ -1337,7 +1339,7 @@ KVP_API int kvp_pool_check(struct kvp_pool *pool)
 			   (unsigned long long)counted,
 			   (unsigned long long)on_stack);
 
-	for (struct tcache *tc = atomic_load_explicit(&pool->tcaches,
+	for (struct tcache *tc = atomic_load_explicit(&pool->depot.tcaches,
 						      memory_order_acquire);
 	     tc; tc = tc->next) {
 		uint32_t c = tcache_count(tc);
@@ -1373,9 +1375,11 @@ KVP_API int kvp_pool_check(struct kvp_pool *pool)
 				   "but is on a free list\n",
 				   id, s & KVP_ST_REFS_MASK, s);
 	}
-	err = prefix_check_pool(pool);
-	if (err)
-		goto out;
+	if (reclaimer_of(pool)) {
+		err = reclaimer_of(pool)->check(pool->reclaimer_ctx);
+		if (err)
+			goto out;
+	}
 	pool_note_used(pool, pool->num_blocks - on_stack - parked);
 out:
 	kvp_free(seen, bytes);

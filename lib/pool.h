@@ -1,5 +1,8 @@
 /*
- * pool.h - the block pool's private structure, shared by pool.c and tcache.c.
+ * pool.h - the block pool's structure and its reclaimer hook (layer 4 of
+ * DESIGN.md section 2: pool.c, over tcache.c and stack.h).  The layers
+ * above (prefix.c, manager.c, data.c) read the state words, the free
+ * stack's links and the data through it; the pool never calls them.
  */
 #ifndef KVP_POOL_H
 #define KVP_POOL_H
@@ -11,27 +14,58 @@
 #include "compiler.h"
 #include "kvpool.h"
 #include "stack.h"
-
-struct tcache;
-struct prefix_pool;
+#include "tcache.h"
 
 /*
  * Per-block state word: bits 0..23 the reference count (0 = free, unless
  * CACHED); then flags:
- *   CACHED    the block caches a hash of some manager (prefix.c); with 0
- *             references it is evictable, on no free list;
- *   EVICTING  an evictor has claimed an evictable block (prefix.c).
+ *   CACHED    the block caches a hash (the reclaimer's, prefix.c); with 0
+ *             references it is idle (evictable), on no free list;
+ *   EVICTING  the reclaimer has claimed an idle block (prefix.c).
  */
 #define KVP_ST_REFS_MASK ((uint32_t)KVP_MAX_REFS)
 #define KVP_ST_CACHED (1u << 24)
 #define KVP_ST_EVICTING (1u << 25)
 
+/*
+ * The reclaimer: the layer above that keeps blocks CACHED after their
+ * last reference goes (the prefix cache), seen by the pool only through
+ * this table, as DPDK's rte_mempool sees its ring through rte_mempool_ops.
+ * Registered once per pool (pool_set_reclaimer), by the first
+ * prefix-caching manager; a pool without one never has a CACHED block.
+ * Every hook may run concurrently with every other and with itself.
+ */
+struct pool_reclaimer_stats {
+	uint64_t evictable; /* idle cached blocks (exact at quiescence) */
+	uint64_t evictions; /* taken by allocations so far */
+	uint64_t released;  /* cached blocks a free took to zero */
+	uint64_t revived;   /* idle ones taken back by hits */
+};
+
+struct pool_reclaimer {
+	/* "Cached blocks went idle": ids[0..n), cached, are blocks a free
+	 * just took to zero, in the order freed. */
+	void (*idle)(void *ctx, const uint32_t *ids, uint32_t n);
+	/* "Reclaim for an allocation": takes between min and max idle
+	 * cached blocks (1 <= min <= max), least recently freed first, each
+	 * uncached and held once by the caller.  Returns how many, or 0
+	 * (nothing changed) if fewer than min are idle. */
+	uint32_t (*reclaim)(void *ctx, uint32_t min, uint32_t max,
+			    uint32_t *ids);
+	/* Idle cached blocks now (a count, exact at quiescence). */
+	uint64_t (*evictable)(void *ctx);
+	void (*stats)(void *ctx, struct pool_reclaimer_stats *st);
+	/* Quiescent check of what the reclaimer keeps against the state
+	 * words: 0 or -EFAULT (details on stderr). */
+	int (*check)(void *ctx);
+	/* The pool is being destroyed: frees ctx. */
+	void (*fini)(void *ctx);
+};
+
 struct kvp_pool {
 	/* Read-only after creation. */
-	uint64_t uid; /* unique per process, never reused */
 	uint32_t num_blocks;
 	uint32_t block_tokens;
-	uint32_t cache_cap; /* per-thread cache capacity, 0 = no caches */
 	uint32_t flags;
 	int32_t device_id;
 	bool has_layout;
@@ -51,33 +85,41 @@ struct kvp_pool {
 	/* The global free stack, on its own cache line. */
 	kvp_cacheline_aligned struct kvp_stack stack;
 
+	/* The thread caches in front of it (tcache.h; their uid is the
+	 * pool's), their slow-path fields on lines of their own. */
+	kvp_cacheline_aligned struct tcache_depot depot;
+
 	/* Slow-path fields, on their own cache line. */
 	kvp_cacheline_aligned _Atomic uint32_t refcnt; /* atomic */
-	/*
-	 * Serialises cache drains and the attaching of thread caches, so a
-	 * drain sees every cache of the pool.  Lock order: tcache_global_lock
-	 * before drain_lock.
-	 */
-	pthread_mutex_t drain_lock;
-	/*
-	 * The pool's thread caches: an append-only list (appended under
-	 * drain_lock with a release store, walked lock-free with acquire
-	 * loads); freed only when the pool is destroyed.
-	 */
-	_Atomic(struct tcache *) tcaches;
 	/* Highest `used` observed.  Synchronization: atomic, relaxed. */
 	_Atomic uint64_t peak_used;
 	/* Blocks allocated / freed without a thread cache.  Atomic, relaxed. */
 	_Atomic uint64_t direct_allocs, direct_frees;
-	/* Managers over this pool, for kvp_manager_check. */
-	pthread_mutex_t mgr_lock;
-	struct kvp_manager *managers; /* mgr_lock */
-	/* Prefix-cache state (prefix.c), set once by the first manager
-	 * with KVP_PREFIX_CACHE (release; read with acquire). */
-	_Atomic(struct prefix_pool *) prefix;
-	/* Live-pool list of tcache.c.  Synchronization: tcache_global_lock. */
-	struct kvp_pool *live_next;
+	/* The reclaimer and its state, set once under reclaimer_lock
+	 * (release; read with acquire: pool_reclaimer_ctx()). */
+	pthread_mutex_t reclaimer_lock;
+	_Atomic(const struct pool_reclaimer *) reclaimer;
+	void *reclaimer_ctx;
 };
+
+/*
+ * Registers the reclaimer ops for pool, unless it has one: then make(pool,
+ * &ctx) builds its state, under the pool's lock, so that concurrent
+ * callers register once.  Returns 0 (registered now or before: ops must be
+ * the same table) or make()'s negative errno (nothing registered).
+ */
+int pool_set_reclaimer(struct kvp_pool *pool, const struct pool_reclaimer *ops,
+		       int (*make)(struct kvp_pool *pool, void **ctx));
+
+/* The registered reclaimer's state, or NULL. */
+static inline void *pool_reclaimer_ctx(struct kvp_pool *pool)
+{
+	/* Acquire: pairs with pool_set_reclaimer()'s release, so the state
+	 * make() built is seen whole. */
+	return atomic_load_explicit(&pool->reclaimer, memory_order_acquire)
+		       ? pool->reclaimer_ctx
+		       : NULL;
+}
 
 /*
  * kvp_pool_free for callers whose ids are distinct (a sequence's block
@@ -85,17 +127,5 @@ struct kvp_pool {
  */
 int pool_free_distinct(struct kvp_pool *pool, const uint32_t *ids,
 		       uint32_t n);
-
-/* Records `used` as a candidate for the pool's peak. */
-void pool_note_used(struct kvp_pool *pool, uint64_t used);
-
-/*
- * Asks for transparent huge pages over the whole 2 MiB pages inside
- * [p, p + bytes), where the kernel gives them only on request (the data
- * arena; prefix tables and per-block prefix records, read at random:
- * fewer TLB misses).  Before the pages are first touched; a refusal
- * changes nothing.
- */
-void kvp_advise_huge(void *p, size_t bytes);
 
 #endif /* KVP_POOL_H */

@@ -94,7 +94,7 @@
 #include <string.h>
 
 #include "alloc.h"
-#include "manager.h"
+#include "pool.h"
 #include "prefix.h"
 #include "rcu.h"
 #include "stack.h"
@@ -111,10 +111,15 @@
  */
 struct prefix_block {
 	_Atomic uint64_t hash[4];
-	_Atomic(struct kvp_manager *) owner;
+	_Atomic(struct prefix_cache *) owner;
 } __attribute__((aligned(KVP_CACHELINE)));
 
+/*
+ * The reclaimer state of a pool (pool.h's struct pool_reclaimer): one per
+ * pool, built by the first prefix cache over it.
+ */
 struct prefix_pool {
+	struct kvp_pool *pool; /* immutable */
 	/* blk[b]: hash[b] and owner[b], written by the registering thread
 	 * before CACHED (release); owner cleared under the store lock when
 	 * b's slot goes.  prev[b]: the evictable list's back links (lock).
@@ -162,8 +167,8 @@ static inline uint32_t refs_of(uint32_t s)
 
 static inline struct prefix_pool *pool_prefix(struct kvp_pool *pool)
 {
-	/* Acquire: pairs with prefix_pool_attach()'s release. */
-	return atomic_load_explicit(&pool->prefix, memory_order_acquire);
+	/* Only prefix.c registers a reclaimer. */
+	return pool_reclaimer_ctx(pool);
 }
 
 static inline bool slot_live(uint64_t v)
@@ -344,43 +349,43 @@ static void pp_unlock(struct prefix_pool *pp)
  * map changed.  Taken only when a callback is set: without one there is
  * nothing to order.  Lock order: event lock, then the list lock.
  */
-static void event_lock(struct kvp_manager *m)
+static void event_lock(struct prefix_cache *pc)
 {
-	if (m->event_cb)
-		kvp_check_pthread(pthread_mutex_lock(&m->event_lock));
+	if (pc->event_cb)
+		kvp_check_pthread(pthread_mutex_lock(&pc->event_lock));
 }
 
-static void event_unlock(struct kvp_manager *m)
+static void event_unlock(struct prefix_cache *pc)
 {
-	if (m->event_cb)
-		kvp_check_pthread(pthread_mutex_unlock(&m->event_lock));
+	if (pc->event_cb)
+		kvp_check_pthread(pthread_mutex_unlock(&pc->event_lock));
 }
 
-void prefix_events_begin(struct kvp_manager *m)
+void prefix_events_begin(struct prefix_cache *pc)
 {
-	event_lock(m);
+	event_lock(pc);
 }
 
-void prefix_events_end(struct kvp_manager *m)
+void prefix_events_end(struct prefix_cache *pc)
 {
-	event_unlock(m);
+	event_unlock(pc);
 }
 
 /* ------------------------------------------------------------------ */
 /* Pool side                                                           */
 /* ------------------------------------------------------------------ */
 
-int prefix_pool_attach(struct kvp_pool *pool)
+/* pool_set_reclaimer()'s make(): the reclaimer state of a new pool. */
+static int prefix_pool_make(struct kvp_pool *pool, void **ctx)
 {
 	struct prefix_pool *pp;
 	uint32_t n = pool->num_blocks;
 
-	if (atomic_load_explicit(&pool->prefix, memory_order_relaxed))
-		return 0;
 	pp = kvp_malloc_aligned(KVP_CACHELINE, sizeof(*pp));
 	if (!pp)
 		return -ENOMEM;
 	memset(pp, 0, sizeof(*pp));
+	pp->pool = pool;
 	/* Written now (below): left to fault in lazily, their pages would
 	 * cost the commits that first touch them. */
 	pp->blk = kvp_malloc_aligned(KVP_CACHELINE,
@@ -409,18 +414,16 @@ int prefix_pool_attach(struct kvp_pool *pool)
 	atomic_init(&pp->evictions, 0);
 	atomic_init(&pp->revived, 0);
 	atomic_init(&pp->cleared, 0);
-	/* Release: publishes the initialised state to pool_prefix(). */
-	atomic_store_explicit(&pool->prefix, pp, memory_order_release);
+	*ctx = pp;
 	return 0;
 }
 
-void prefix_pool_free(struct kvp_pool *pool)
+/* The reclaimer's fini(): the pool is being destroyed. */
+static void prefix_pool_free(void *ctx)
 {
-	struct prefix_pool *pp = pool_prefix(pool);
-	uint32_t n = pool->num_blocks;
+	struct prefix_pool *pp = ctx;
+	uint32_t n = pp->pool->num_blocks;
 
-	if (!pp)
-		return;
 	pthread_mutex_destroy(&pp->lock);
 	kvp_free_aligned(pp->blk, KVP_CACHELINE, (size_t)n * sizeof(*pp->blk));
 	kvp_free(pp->prev, (size_t)n * sizeof(*pp->prev));
@@ -453,9 +456,10 @@ static void list_move_run(struct kvp_pool *pool, struct prefix_pool *pp,
  * as one, in O(1) writes: the same list as moving them one by one, and
  * a hot prefix's link lines are not written at every release.
  */
-void prefix_release(struct kvp_pool *pool, const uint32_t *ids, uint32_t n)
+static void prefix_release(void *ctx, const uint32_t *ids, uint32_t n)
 {
-	struct prefix_pool *pp = pool_prefix(pool);
+	struct prefix_pool *pp = ctx;
+	struct kvp_pool *pool = pp->pool;
 
 	/* Relaxed: a count; the state word orders the transitions. */
 	atomic_fetch_add_explicit(&pp->evictable, n, memory_order_relaxed);
@@ -526,24 +530,34 @@ void prefix_unhit(struct kvp_pool *pool, const uint32_t *blocks, uint32_t n)
 /* Up to KVP_EVENT_BATCH hashes of one manager per REMOVED event. */
 #define KVP_EVENT_BATCH 16
 
-static void store_lock(struct kvp_manager *m)
+/* Adds v to a counter the store lock serialises (stats read it relaxed):
+ * a load and a store, no read-modify-write. */
+static void store_count(_Atomic uint64_t *ctr, int64_t v)
 {
-	kvp_check_pthread(pthread_mutex_lock(&m->prefix_lock));
+	atomic_store_explicit(
+		ctr,
+		atomic_load_explicit(ctr, memory_order_relaxed) + (uint64_t)v,
+		memory_order_relaxed);
 }
 
-static void store_unlock(struct kvp_manager *m)
+static void store_lock(struct prefix_cache *pc)
 {
-	kvp_check_pthread(pthread_mutex_unlock(&m->prefix_lock));
+	kvp_check_pthread(pthread_mutex_lock(&pc->store_lock));
 }
 
-static struct prefix_table *table_of(struct kvp_manager *m)
+static void store_unlock(struct prefix_cache *pc)
+{
+	kvp_check_pthread(pthread_mutex_unlock(&pc->store_lock));
+}
+
+static struct prefix_table *table_of(struct prefix_cache *pc)
 {
 	/* Acquire: the slots as initialised before the table's publication
 	 * (readers); under the store lock the lock orders it anyway. */
-	return atomic_load_explicit(&m->prefix_table, memory_order_acquire);
+	return atomic_load_explicit(&pc->table, memory_order_acquire);
 }
 
-static void table_delete(struct kvp_manager *m, struct prefix_pool *pp,
+static void table_delete(struct prefix_cache *pc, struct prefix_pool *pp,
 			 uint32_t b, uint64_t key);
 
 /* Puts block b back at the head of the evictable list (lock held). */
@@ -559,16 +573,15 @@ static void list_push_head(struct kvp_pool *pool, struct prefix_pool *pp,
 	pp->head = b;
 }
 
-uint32_t prefix_evict(struct kvp_pool *pool, uint32_t min, uint32_t max,
-		      uint32_t *ids)
+static uint32_t prefix_evict(void *ctx, uint32_t min, uint32_t max,
+			     uint32_t *ids)
 {
-	struct prefix_pool *pp = pool_prefix(pool);
+	struct prefix_pool *pp = ctx;
+	struct kvp_pool *pool = pp->pool;
 	uint32_t got = 0, b, nx;
 	int64_t avail;
 
 	/* Relaxed: a count; a stale one only fails or tries early. */
-	if (!pp)
-		return 0;
 	avail = atomic_load_explicit(&pp->evictable, memory_order_relaxed);
 	if (avail < (int64_t)min)
 		return 0;
@@ -628,7 +641,7 @@ uint32_t prefix_evict(struct kvp_pool *pool, uint32_t min, uint32_t max,
 		struct kvp_hash hashes[KVP_EVENT_BATCH];
 		uint64_t keys[KVP_EVENT_BATCH];
 		const struct prefix_table *t;
-		struct kvp_manager *m;
+		struct prefix_cache *pc;
 		uint32_t k = 0, end = got - i < KVP_EVENT_BATCH
 					      ? got
 					      : i + KVP_EVENT_BATCH;
@@ -637,13 +650,13 @@ uint32_t prefix_evict(struct kvp_pool *pool, uint32_t min, uint32_t max,
 			__builtin_prefetch(&pp->blk[ids[j]], 0);
 		/* Acquire: the manager and hash as their registrar wrote them
 		 * (the blocks are ours now: nobody else writes them). */
-		m = atomic_load_explicit(&pp->blk[ids[i]].owner,
+		pc = atomic_load_explicit(&pp->blk[ids[i]].owner,
 					 memory_order_acquire);
 		/* Only to prefetch slots: a rebuild may replace it. */
-		t = table_of(m);
+		t = table_of(pc);
 		while (i + k < end &&
 		       atomic_load_explicit(&pp->blk[ids[i + k]].owner,
-					    memory_order_relaxed) == m) {
+					    memory_order_relaxed) == pc) {
 			uint64_t w[4];
 
 			hash_read(pp, ids[i + k], w);
@@ -653,56 +666,44 @@ uint32_t prefix_evict(struct kvp_pool *pool, uint32_t min, uint32_t max,
 					   1);
 			k++;
 		}
-		event_lock(m);
-		prefix_emit(m, KVP_EVENT_REMOVED, hashes, k, NULL);
-		store_lock(m);
+		event_lock(pc);
+		prefix_emit(pc, KVP_EVENT_REMOVED, hashes, k, NULL);
+		store_lock(pc);
 		for (uint32_t j = 0; j < k; j++)
-			table_delete(m, pp, ids[i + j], keys[j]);
-		store_unlock(m);
-		event_unlock(m);
-		mgr_stat_add(m, prefix_cached, -(int64_t)k);
-		mgr_stat_add(m, prefix_evictions, k);
+			table_delete(pc, pp, ids[i + j], keys[j]);
+		store_count(&pc->evictions, k);
+		store_unlock(pc);
+		event_unlock(pc);
 		i += k;
 	}
 	kvp_rcu_read_unlock();
 	return got;
 }
 
-uint64_t prefix_evictable(struct kvp_pool *pool)
+static uint64_t prefix_evictable(void *ctx)
 {
-	struct prefix_pool *pp = pool_prefix(pool);
-	int64_t e;
+	struct prefix_pool *pp = ctx;
+	/* Relaxed: a count, exact at quiescence. */
+	int64_t e = atomic_load_explicit(&pp->evictable, memory_order_relaxed);
 
-	if (!pp)
-		return 0;
-	e = atomic_load_explicit(&pp->evictable, memory_order_relaxed);
 	return e > 0 ? (uint64_t)e : 0;
 }
 
-void prefix_transitions(struct kvp_pool *pool, uint64_t *released,
-			uint64_t *revived)
+static void prefix_stats(void *ctx, struct pool_reclaimer_stats *st)
 {
-	struct prefix_pool *pp = pool_prefix(pool);
+	struct prefix_pool *pp = ctx;
 
-	*released = *revived = 0;
-	if (!pp)
-		return;
-	/* Relaxed: statistics, exact at quiescence. */
-	*revived = atomic_load_explicit(&pp->revived, memory_order_relaxed);
-	*released = (uint64_t)atomic_load_explicit(&pp->evictable,
-						   memory_order_relaxed) +
-		    *revived +
-		    atomic_load_explicit(&pp->evictions,
-					 memory_order_relaxed) +
-		    atomic_load_explicit(&pp->cleared, memory_order_relaxed);
-}
-
-uint64_t prefix_evictions(struct kvp_pool *pool)
-{
-	struct prefix_pool *pp = pool_prefix(pool);
-
-	return pp ? atomic_load_explicit(&pp->evictions, memory_order_relaxed)
-		  : 0;
+	/* Relaxed: statistics, exact at quiescence.  Blocks released into
+	 * the idle state are the idle ones and those that left it. */
+	st->evictable = prefix_evictable(pp);
+	st->revived = atomic_load_explicit(&pp->revived, memory_order_relaxed);
+	st->evictions =
+		atomic_load_explicit(&pp->evictions, memory_order_relaxed);
+	st->released =
+		(uint64_t)atomic_load_explicit(&pp->evictable,
+					       memory_order_relaxed) +
+		st->revived + st->evictions +
+		atomic_load_explicit(&pp->cleared, memory_order_relaxed);
 }
 
 uint64_t prefix_cached_blocks(struct kvp_pool *pool)
@@ -722,14 +723,13 @@ uint64_t prefix_cached_blocks(struct kvp_pool *pool)
 		return -EFAULT;                                              \
 	} while (0)
 
-int prefix_check_pool(struct kvp_pool *pool)
+static int prefix_check_pool(void *ctx)
 {
-	struct prefix_pool *pp = pool_prefix(pool);
+	struct prefix_pool *pp = ctx;
+	struct kvp_pool *pool = pp->pool;
 	uint64_t linked = 0, idle = 0;
 	uint32_t prev = KVP_NIL;
 
-	if (!pp)
-		return 0;
 	for (uint32_t b = pp->head; b != KVP_NIL; b = link_next(pool, b)) {
 		if (b >= pool->num_blocks)
 			check_fail("evictable list link %u out of range\n", b);
@@ -782,6 +782,16 @@ int prefix_check_pool(struct kvp_pool *pool)
 						memory_order_relaxed));
 	return 0;
 }
+
+/* What the pool sees of the prefix cache (pool.h). */
+static const struct pool_reclaimer prefix_reclaimer = {
+	.idle = prefix_release,
+	.reclaim = prefix_evict,
+	.evictable = prefix_evictable,
+	.stats = prefix_stats,
+	.check = prefix_check_pool,
+	.fini = prefix_pool_free,
+};
 
 /* ------------------------------------------------------------------ */
 /* Manager side: the table                                             */
@@ -837,11 +847,11 @@ static void table_free_rcu(struct rcu_head *head)
  * a second (faulting the new table's pages in).  Rebuilds only clear
  * deleted entries.
  */
-static uint64_t table_slots(const struct kvp_manager *m)
+static uint64_t table_slots(const struct prefix_cache *pc)
 {
 	uint64_t n = KVP_TABLE_MIN;
 
-	while (n < 4 * (uint64_t)m->pool->num_blocks && n < KVP_TABLE_MAX)
+	while (n < 4 * (uint64_t)pc->pool->num_blocks && n < KVP_TABLE_MAX)
 		n <<= 1;
 	return n;
 }
@@ -882,10 +892,11 @@ static int64_t table_find_block(const struct prefix_table *t, uint32_t b,
  * half full most deletions end so, and tombstones, and the rebuilds that
  * clear them, stay rare under churn.
  */
-static void slot_forget(struct prefix_table *t, struct prefix_pool *pp,
-			uint64_t i, uint32_t b)
+static void slot_forget(struct prefix_cache *pc, struct prefix_table *t,
+			struct prefix_pool *pp, uint64_t i, uint32_t b)
 {
 	t->live--;
+	store_count(&pc->cached, -1);
 	atomic_store_explicit(&pp->blk[b].owner, NULL, memory_order_relaxed);
 	/* Relaxed stores: a reader that reads the old entry is stale anyway
 	 * (the state word decides), and one that reads EMPTY stops where
@@ -908,16 +919,16 @@ static void slot_forget(struct prefix_table *t, struct prefix_pool *pp,
 	}
 }
 
-/* Deletes b's entry from m's table (store lock; key: of b's hash). */
-static void table_delete(struct kvp_manager *m, struct prefix_pool *pp,
+/* Deletes b's entry from the manager's table (store lock; key: of b's hash). */
+static void table_delete(struct prefix_cache *pc, struct prefix_pool *pp,
 			 uint32_t b, uint64_t key)
 {
-	struct prefix_table *t = table_of(m);
+	struct prefix_table *t = table_of(pc);
 	int64_t i = table_find_block(t, b, key);
 
 	if (i < 0)
 		kvp_fatal("a cached block's slot was missing");
-	slot_forget(t, pp, (uint64_t)i, b);
+	slot_forget(pc, t, pp, (uint64_t)i, b);
 }
 
 /* Puts live slot value v into a fresh table (no tombstones, nothing else
@@ -934,13 +945,13 @@ static void table_place(struct prefix_table *t, uint64_t v)
 }
 
 /*
- * Replaces m's table by a copy without tombstones (store lock).  Readers
+ * Replaces the manager's table by a copy without tombstones (store lock).  Readers
  * go on probing the old one until they are done.  Returns 0 or -ENOMEM
  * (the old table stays).
  */
-static int table_rebuild(struct kvp_manager *m)
+static int table_rebuild(struct prefix_cache *pc)
 {
-	struct prefix_table *old = table_of(m),
+	struct prefix_table *old = table_of(pc),
 			    *t = table_new(old->mask + 1);
 
 	if (!t)
@@ -954,51 +965,74 @@ static int table_rebuild(struct kvp_manager *m)
 			table_place(t, v);
 	}
 	/* Release: the slots before the pointer (table_of's acquire). */
-	atomic_store_explicit(&m->prefix_table, t, memory_order_release);
+	atomic_store_explicit(&pc->table, t, memory_order_release);
 	kvp_rcu_call(&old->rcu, table_free_rcu);
 	return 0;
 }
 
-int prefix_map_init(struct kvp_manager *m)
+int prefix_cache_init(struct prefix_cache *pc, struct kvp_pool *pool)
 {
 	struct prefix_table *t;
+	int err;
 
-	if (pthread_mutex_init(&m->event_lock, NULL) != 0)
+	memset(pc, 0, sizeof(*pc));
+	pc->pool = pool;
+	pc->block_tokens = pool->block_tokens;
+	atomic_init(&pc->cached, 0);
+	atomic_init(&pc->evictions, 0);
+	if (pthread_mutex_init(&pc->event_lock, NULL) != 0)
 		return -ENOMEM;
-	if (pthread_mutex_init(&m->prefix_lock, NULL) != 0) {
-		pthread_mutex_destroy(&m->event_lock);
+	if (pthread_mutex_init(&pc->store_lock, NULL) != 0) {
+		pthread_mutex_destroy(&pc->event_lock);
 		return -ENOMEM;
 	}
-	t = table_new(table_slots(m));
-	if (!t) {
-		pthread_mutex_destroy(&m->prefix_lock);
-		pthread_mutex_destroy(&m->event_lock);
-		return -ENOMEM;
+	t = table_new(table_slots(pc));
+	err = t ? pool_set_reclaimer(pool, &prefix_reclaimer, prefix_pool_make)
+		: -ENOMEM;
+	if (err) {
+		table_free(t);
+		pthread_mutex_destroy(&pc->store_lock);
+		pthread_mutex_destroy(&pc->event_lock);
+		return err;
 	}
-	atomic_init(&m->prefix_table, t);
+	atomic_init(&pc->table, t);
 	return 0;
 }
 
-void prefix_map_fini(struct kvp_manager *m)
+void prefix_cache_fini(struct prefix_cache *pc)
 {
-	struct prefix_table *t = atomic_load_explicit(&m->prefix_table,
+	struct prefix_table *t = atomic_load_explicit(&pc->table,
 						      memory_order_relaxed);
 
 	if (!t)
 		return;
-	if (pool_prefix(m->pool)) /* else it never got one: nothing cached */
-		(void)prefix_clear(m, true);
+	(void)prefix_clear(pc, true);
 	/* Wait for evictors still deleting our slots (see the top), then
 	 * for old tables' reclamation. */
 	urcu_memb_synchronize_rcu();
 	kvp_rcu_barrier();
-	t = atomic_load_explicit(&m->prefix_table, memory_order_relaxed);
+	t = atomic_load_explicit(&pc->table, memory_order_relaxed);
 	if (t->live != 0)
 		kvp_fatal("a destroyed manager's prefix table is not empty");
 	table_free(t);
-	atomic_store_explicit(&m->prefix_table, NULL, memory_order_relaxed);
-	pthread_mutex_destroy(&m->prefix_lock);
-	pthread_mutex_destroy(&m->event_lock);
+	atomic_store_explicit(&pc->table, NULL, memory_order_relaxed);
+	pthread_mutex_destroy(&pc->store_lock);
+	pthread_mutex_destroy(&pc->event_lock);
+}
+
+void prefix_set_event_sink(struct prefix_cache *pc, kvp_event_cb cb,
+			   void *arg)
+{
+	pc->event_cb = cb;
+	pc->event_arg = cb ? arg : NULL;
+}
+
+void prefix_cache_stats(struct prefix_cache *pc, uint64_t *cached,
+			uint64_t *evictions)
+{
+	/* Relaxed: statistics. */
+	*cached = atomic_load_explicit(&pc->cached, memory_order_relaxed);
+	*evictions = atomic_load_explicit(&pc->evictions, memory_order_relaxed);
 }
 
 /*
@@ -1042,10 +1076,10 @@ static uint32_t lookup(const struct prefix_table *t,
  * Read side: a reference on b if it is cached by m under hash w;
  * *revived counts the blocks it took from zero.
  */
-static bool take_one(struct kvp_manager *m, struct prefix_pool *pp,
+static bool take_one(struct prefix_cache *pc, struct prefix_pool *pp,
 		     uint32_t b, const uint64_t w[4], uint32_t *revived)
 {
-	struct kvp_pool *pool = m->pool;
+	struct kvp_pool *pool = pc->pool;
 	_Atomic uint32_t *st = &pool->state[b];
 	uint32_t s = atomic_load_explicit(st, memory_order_relaxed);
 
@@ -1060,7 +1094,7 @@ static bool take_one(struct kvp_manager *m, struct prefix_pool *pp,
 	} while (!atomic_compare_exchange_weak_explicit(
 		st, &s, s + 1, memory_order_acq_rel, memory_order_relaxed));
 	*revived += refs_of(s) == 0;
-	if (atomic_load_explicit(&pp->blk[b].owner, memory_order_relaxed) != m ||
+	if (atomic_load_explicit(&pp->blk[b].owner, memory_order_relaxed) != pc ||
 	    !hash_is(pp, b, w)) {
 		/* ABA: evicted and cached again under another hash. */
 		(void)kvp_pool_free(pool, &b, 1);
@@ -1071,10 +1105,10 @@ static bool take_one(struct kvp_manager *m, struct prefix_pool *pp,
 
 #define KVP_TAKE_CHUNK 32
 
-uint32_t prefix_take(struct kvp_manager *m, const struct kvp_hash *hashes,
+uint32_t prefix_take(struct prefix_cache *pc, const struct kvp_hash *hashes,
 		     uint32_t n, uint32_t *blocks)
 {
-	struct kvp_pool *pool = m->pool;
+	struct kvp_pool *pool = pc->pool;
 	struct prefix_pool *pp = pool_prefix(pool);
 	const struct prefix_table *t;
 	uint64_t key[KVP_TAKE_CHUNK], at[KVP_TAKE_CHUNK];
@@ -1082,7 +1116,7 @@ uint32_t prefix_take(struct kvp_manager *m, const struct kvp_hash *hashes,
 	uint32_t i = 0, revived = 0;
 
 	kvp_rcu_read_lock();
-	t = table_of(m);
+	t = table_of(pc);
 	/* In chunks, in three passes, so that the cache misses of a chunk
 	 * overlap: the keys (prefetching their home slots), the probes
 	 * (prefetching each candidate's hash and, for writing, its state
@@ -1114,7 +1148,7 @@ uint32_t prefix_take(struct kvp_manager *m, const struct kvp_hash *hashes,
 
 			hash_words(&hashes[i + j], w);
 			b = lookup(t, pp, key[j], w, cand[j], at[j]);
-			if (b == KVP_NIL || !take_one(m, pp, b, w, &revived))
+			if (b == KVP_NIL || !take_one(pc, pp, b, w, &revived))
 				break;
 			blocks[i + j] = b;
 		}
@@ -1133,53 +1167,53 @@ uint32_t prefix_take(struct kvp_manager *m, const struct kvp_hash *hashes,
 	return i;
 }
 
-void prefix_store_begin(struct kvp_manager *m)
+void prefix_store_begin(struct prefix_cache *pc)
 {
-	event_lock(m);
-	store_lock(m);
+	event_lock(pc);
+	store_lock(pc);
 }
 
-void prefix_store_end(struct kvp_manager *m)
+void prefix_store_end(struct prefix_cache *pc)
 {
-	store_unlock(m);
-	event_unlock(m);
+	store_unlock(pc);
+	event_unlock(pc);
 }
 
-uint64_t prefix_store_prepare(struct kvp_manager *m, uint32_t b,
+uint64_t prefix_store_prepare(struct prefix_cache *pc, uint32_t b,
 			      const struct kvp_hash *h)
 {
 	/* Relaxed: only an address; the lock holder's table. */
 	struct prefix_table *t =
-		atomic_load_explicit(&m->prefix_table, memory_order_relaxed);
-	struct prefix_pool *pp = pool_prefix(m->pool);
+		atomic_load_explicit(&pc->table, memory_order_relaxed);
+	struct prefix_pool *pp = pool_prefix(pc->pool);
 	uint64_t w[4], key;
 
 	hash_words(h, w);
 	key = key_of(w);
 	__builtin_prefetch(&t->slot[home_of(key, t->mask)], 1);
 	__builtin_prefetch(&pp->blk[b], 1);
-	__builtin_prefetch(&m->pool->state[b], 1);
+	__builtin_prefetch(&pc->pool->state[b], 1);
 	return key;
 }
 
-int prefix_store(struct kvp_manager *m, uint32_t b, const struct kvp_hash *h,
+int prefix_store(struct prefix_cache *pc, uint32_t b, const struct kvp_hash *h,
 		 uint64_t key)
 {
-	struct kvp_pool *pool = m->pool;
+	struct kvp_pool *pool = pc->pool;
 	struct prefix_pool *pp = pool_prefix(pool);
-	struct prefix_table *t = table_of(m);
+	struct prefix_table *t = table_of(pc);
 	uint64_t w[4], i, tomb = UINT64_MAX;
 
-	/* Relaxed: owner[] of a block m's sequences hold changes only under
-	 * m's store lock, which we hold. */
+	/* Relaxed: owner[] of a block the manager's sequences hold changes only under
+	 * the manager's store lock, which we hold. */
 	if (atomic_load_explicit(&pp->blk[b].owner, memory_order_relaxed))
 		return 0; /* a fork's sibling registered it */
 	if (table_too_full(t, 4)) {
 		/* Half full, tombstones included (entries alone never are):
 		 * rebuild without them.  Without memory, go on up to 7/8
 		 * full (probes must meet an EMPTY slot). */
-		if (table_rebuild(m) == 0)
-			t = table_of(m);
+		if (table_rebuild(pc) == 0)
+			t = table_of(pc);
 		else if (table_too_full(t, 7))
 			return -ENOMEM;
 	}
@@ -1205,7 +1239,7 @@ int prefix_store(struct kvp_manager *m, uint32_t b, const struct kvp_hash *h,
 		t->dead--;
 	}
 	hash_write(pp, b, w);
-	atomic_store_explicit(&pp->blk[b].owner, m, memory_order_relaxed);
+	atomic_store_explicit(&pp->blk[b].owner, pc, memory_order_relaxed);
 	/* Release: hash[b], owner[b] and the block's data before CACHED
 	 * (pairs with take_one's acquire CAS).  Only holders change the
 	 * count meanwhile (we hold the block). */
@@ -1215,20 +1249,20 @@ int prefix_store(struct kvp_manager *m, uint32_t b, const struct kvp_hash *h,
 	atomic_store_explicit(&t->slot[i], slot_make(key, b),
 			      memory_order_release);
 	t->live++;
+	store_count(&pc->cached, 1);
 	return 1;
 }
 
-int prefix_clear(struct kvp_manager *m, bool force)
+int prefix_clear(struct prefix_cache *pc, bool force)
 {
-	struct kvp_pool *pool = m->pool;
+	struct kvp_pool *pool = pc->pool;
 	struct prefix_pool *pp = pool_prefix(pool);
 	struct prefix_table *t;
 	uint32_t first = KVP_NIL, last = KVP_NIL, nfreed = 0;
-	uint64_t nforgot = 0;
 
-	store_lock(m);
+	store_lock(pc);
 	pp_lock(pp);
-	t = table_of(m);
+	t = table_of(pc);
 	for (uint64_t i = 0; !force && i <= t->mask; i++) {
 		uint64_t v = atomic_load_explicit(&t->slot[i],
 						  memory_order_relaxed);
@@ -1242,7 +1276,7 @@ int prefix_clear(struct kvp_manager *m, bool force)
 		 * it removed (a CLEARED now would come before that REMOVED). */
 		if (refs_of(s)) {
 			pp_unlock(pp);
-			store_unlock(m);
+			store_unlock(pc);
 			return -EBUSY;
 		}
 	}
@@ -1272,8 +1306,7 @@ int prefix_clear(struct kvp_manager *m, bool force)
 			st, &s, nw, memory_order_acquire,
 			memory_order_relaxed));
 		list_unlink(pool, pp, b);
-		slot_forget(t, pp, i, b);
-		nforgot++;
+		slot_forget(pc, t, pp, i, b);
 		if (refs_of(s) == 0) {
 			atomic_fetch_sub_explicit(&pp->evictable, 1,
 						  memory_order_relaxed);
@@ -1288,9 +1321,8 @@ int prefix_clear(struct kvp_manager *m, bool force)
 		}
 	}
 	pp_unlock(pp);
-	mgr_stat_add(m, prefix_cached, -(int64_t)nforgot);
 	/* The tombstones stay until a commit finds the table half full. */
-	store_unlock(m);
+	store_unlock(pc);
 	/* Free all along (evictable, then on the stack): one push, and
 	 * neither an allocation nor a free for the pool's counts. */
 	if (nfreed)
@@ -1299,13 +1331,13 @@ int prefix_clear(struct kvp_manager *m, bool force)
 	return 0;
 }
 
-void prefix_emit(struct kvp_manager *m, enum kvp_event_type type,
+void prefix_emit(struct prefix_cache *pc, enum kvp_event_type type,
 		 const struct kvp_hash *hashes, uint32_t n,
 		 const struct kvp_hash *parent)
 {
 	struct kvp_event ev;
 
-	if (!m->event_cb)
+	if (!pc->event_cb)
 		return;
 	memset(&ev, 0, sizeof(ev));
 	ev.type = type;
@@ -1313,10 +1345,10 @@ void prefix_emit(struct kvp_manager *m, enum kvp_event_type type,
 	ev.nhashes = n;
 	ev.parent = parent;
 	if (type == KVP_EVENT_STORED) {
-		ev.block_tokens = m->block_tokens;
-		ev.num_tokens = n * m->block_tokens;
+		ev.block_tokens = pc->block_tokens;
+		ev.num_tokens = n * pc->block_tokens;
 	}
-	m->event_cb(&ev, m->event_arg);
+	pc->event_cb(&ev, pc->event_arg);
 }
 
 #define mgr_check_fail(...)                                                  \
@@ -1325,19 +1357,20 @@ void prefix_emit(struct kvp_manager *m, enum kvp_event_type type,
 		err = -EFAULT;                                               \
 	} while (0)
 
-int prefix_check_manager(struct kvp_manager *m, uint64_t *nodes)
+int prefix_check_cache(struct prefix_cache *pc, uint64_t *nodes)
 {
-	struct kvp_pool *pool = m->pool;
-	struct prefix_pool *pp = pool_prefix(pool);
+	struct kvp_pool *pool = pc->pool;
+	struct prefix_pool *pp;
 	struct prefix_table *t;
 	uint64_t live = 0, dead = 0;
 	int err = 0;
 
-	if (!atomic_load_explicit(&m->prefix_table, memory_order_relaxed) ||
-	    !pp)
+	/* A manager without prefix caching has no table (nor pool here). */
+	if (!atomic_load_explicit(&pc->table, memory_order_relaxed))
 		return 0;
-	store_lock(m);
-	t = table_of(m);
+	pp = pool_prefix(pool);
+	store_lock(pc);
+	t = table_of(pc);
 	for (uint64_t i = 0; i <= t->mask; i++) {
 		uint64_t v = atomic_load_explicit(&t->slot[i],
 						  memory_order_relaxed);
@@ -1357,7 +1390,7 @@ int prefix_check_manager(struct kvp_manager *m, uint64_t *nodes)
 			continue;
 		}
 		if (atomic_load_explicit(&pp->blk[b].owner,
-					 memory_order_relaxed) != m ||
+					 memory_order_relaxed) != pc ||
 		    !(atomic_load_explicit(&pool->state[b],
 					   memory_order_relaxed) &
 		      KVP_ST_CACHED))
@@ -1383,7 +1416,7 @@ int prefix_check_manager(struct kvp_manager *m, uint64_t *nodes)
 		mgr_check_fail("prefix table counts %" PRIu64 " entries, %" PRIu64
 			       " tombstones; found %" PRIu64 ", %" PRIu64 "\n",
 			       t->live, t->dead, live, dead);
-	store_unlock(m);
+	store_unlock(pc);
 	*nodes += live;
 	return err;
 }

@@ -1,7 +1,9 @@
 /*
- * prefix.h - the prefix cache's private interface: the pool's evictable
- * cached blocks (used by pool.c) and the managers' hash -> block maps
- * (used by manager.c).  The correctness argument is in prefix.c.
+ * prefix.h - the prefix cache (layer 5 of DESIGN.md section 2): the
+ * managers' hash -> block maps (used by manager.c), and the pool's
+ * evictable cached blocks, which the pool reaches only through the
+ * reclaimer hook prefix.c registers (pool.h).  The correctness argument
+ * is in prefix.c.
  *
  * Synchronisation table:
  *
@@ -10,76 +12,74 @@
  *   prefix_take             everything                    lock-free (RCU
  *                                                         section, one CAS
  *                                                         per block)
- *   prefix_release,         each other, prefix_take,      the pool's
- *   prefix_unhit,           prefix_store                  evictable-list
- *   prefix_evict,                                         lock
+ *   the reclaimer's idle    each other, prefix_take,      the pool's
+ *   and reclaim hooks,      prefix_store                  evictable-list
+ *   prefix_unhit,                                         lock
  *   prefix_clear
  *   prefix_store,           prefix_take, the pool side,   the manager's
  *   prefix_clear,           other managers                store lock
- *   prefix_evict's deletions
- *   prefix_check*           nothing on the pool           quiescence
+ *   the reclaim hook's deletions
+ *   prefix_check_cache,     nothing on the pool           quiescence
+ *   the check hook
  */
 #ifndef KVP_PREFIX_H
 #define KVP_PREFIX_H
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "compiler.h"
 #include "kvpool.h"
+#include "pool.h"
 
-struct kvp_pool;
-struct kvp_manager;
-
-/* ---- pool side ---- */
-
-/* Gives the pool its prefix-cache state if it has none; caller holds
- * pool->mgr_lock.  Returns 0 or -ENOMEM. */
-int prefix_pool_attach(struct kvp_pool *pool);
-/* Frees it (pool destruction). */
-void prefix_pool_free(struct kvp_pool *pool);
+struct prefix_table;
 
 /*
- * ids[0..n) are cached blocks whose reference count the caller's free
- * just took to zero: they join the tail of the evictable list (most
- * recently freed).
+ * A manager's prefix cache: its table hash -> block, the locks of the
+ * table's writers and of its events, its event sink and its counters.
+ * Owned by prefix.c (the manager embeds it and calls the functions
+ * below); the pool sees the prefix cache only as its reclaimer (pool.h),
+ * registered by the first prefix_cache_init() over it.
  */
-void prefix_release(struct kvp_pool *pool, const uint32_t *ids, uint32_t n);
+struct prefix_cache {
+	struct kvp_pool *pool; /* immutable; the manager's reference */
+	uint32_t block_tokens; /* immutable */
+	/* The table, replaced under store_lock, read lock-free. */
+	_Atomic(struct prefix_table *) table;
+	pthread_mutex_t store_lock; /* the table's writers */
+	pthread_mutex_t event_lock; /* see prefix.c */
+	kvp_event_cb event_cb;	    /* set before concurrent use */
+	void *event_arg;
+	/* Cached blocks of this manager, and those evictions took.
+	 * Synchronization: written under store_lock, read relaxed. */
+	kvp_cacheline_aligned _Atomic uint64_t cached;
+	_Atomic uint64_t evictions;
+};
 
 /*
- * Takes between min and max evictable blocks (1 <= min <= max), least
- * recently freed first, at least min or none: each taken is uncached,
- * held once by the caller, its hash removed from its manager (with a
- * KVP_EVENT_REMOVED event).  Returns how many, or 0 (nothing changed).
+ * Sets up pc over pool (and the pool's reclaimer, if it has none).
+ * Returns 0 or -ENOMEM (nothing to undo).
  */
-uint32_t prefix_evict(struct kvp_pool *pool, uint32_t min, uint32_t max,
-		      uint32_t *ids);
+int prefix_cache_init(struct prefix_cache *pc, struct kvp_pool *pool);
+/* Forgets every cached block of pc (as prefix_clear with force) and frees
+ * the table; no other thread may use pc. */
+void prefix_cache_fini(struct prefix_cache *pc);
 
-/* Cached blocks with no reference (a count: exact at quiescence). */
-uint64_t prefix_evictable(struct kvp_pool *pool);
-/* Cached blocks evicted by allocations so far. */
-uint64_t prefix_evictions(struct kvp_pool *pool);
-/* Blocks that became evictable (a free, for the pool's counts) and that
- * left that state other than by eviction (hits, resets: allocations). */
-void prefix_transitions(struct kvp_pool *pool, uint64_t *released,
-			uint64_t *revived);
-
-/* Quiescent check of the evictable list; 0 or -EFAULT (details on
- * stderr).  Pools without a prefix cache pass. */
-int prefix_check_pool(struct kvp_pool *pool);
-
-/* ---- manager side ---- */
-
-int prefix_map_init(struct kvp_manager *m);
-/* Forgets every cached block of m (as prefix_clear with force) and frees
- * the table; no other thread may use m. */
-void prefix_map_fini(struct kvp_manager *m);
+/* Where pc reports its events (cb NULL: nowhere); before concurrent use. */
+void prefix_set_event_sink(struct prefix_cache *pc, kvp_event_cb cb,
+			   void *arg);
+/* Cached blocks of pc, and how many evictions took (relaxed reads). */
+void prefix_cache_stats(struct prefix_cache *pc, uint64_t *cached,
+			uint64_t *evictions);
 
 /*
  * Takes a reference on the blocks caching hashes[0..n), as long as they
  * are all cached; returns how many (the hit prefix), their ids in
  * blocks[].  Lock-free.
  */
-uint32_t prefix_take(struct kvp_manager *m, const struct kvp_hash *hashes,
+uint32_t prefix_take(struct prefix_cache *pc, const struct kvp_hash *hashes,
 		     uint32_t n, uint32_t *blocks);
 
 /*
@@ -90,45 +90,44 @@ uint32_t prefix_take(struct kvp_manager *m, const struct kvp_hash *hashes,
 void prefix_unhit(struct kvp_pool *pool, const uint32_t *blocks, uint32_t n);
 
 /*
- * A commit: prefix_store_begin takes m's event and store locks (in that
+ * A commit: prefix_store_begin takes pc's event and store locks (in that
  * order), prefix_store_end drops them.  In between, prefix_store caches
  * block b (held by the caller, full) under hash h, whose key
- * prefix_store_prepare(m, b, h) returned (asking for the lines the store
+ * prefix_store_prepare(pc, b, h) returned (asking for the lines the store
  * will write: call it some blocks ahead).  prefix_store returns 1 if
- * stored (the caller adds the count to m's prefix_cached statistic), 0 if
- * b is already cached or another block caches h, or -ENOMEM (nothing
- * changed).
+ * stored, 0 if b is already cached or another block caches h, or -ENOMEM
+ * (nothing changed).
  */
-void prefix_store_begin(struct kvp_manager *m);
-void prefix_store_end(struct kvp_manager *m);
-uint64_t prefix_store_prepare(struct kvp_manager *m, uint32_t b,
+void prefix_store_begin(struct prefix_cache *pc);
+void prefix_store_end(struct prefix_cache *pc);
+uint64_t prefix_store_prepare(struct prefix_cache *pc, uint32_t b,
 			      const struct kvp_hash *h);
-int prefix_store(struct kvp_manager *m, uint32_t b, const struct kvp_hash *h,
+int prefix_store(struct prefix_cache *pc, uint32_t b, const struct kvp_hash *h,
 		 uint64_t key);
 
 /*
- * Forgets every cached block of m: evictable ones go back to the free
+ * Forgets every cached block of pc: evictable ones go back to the free
  * lists.  Without force, fails with -EBUSY (nothing changed) if any is
  * referenced; with force, referenced ones just stop being cached.
  * Returns 0 or -EBUSY.
  */
-int prefix_clear(struct kvp_manager *m, bool force);
+int prefix_clear(struct prefix_cache *pc, bool force);
 
 /* Around a reset: orders its CLEARED event with other threads' events
- * of m (no-ops without a callback). */
-void prefix_events_begin(struct kvp_manager *m);
-void prefix_events_end(struct kvp_manager *m);
+ * of pc (no-ops without a callback). */
+void prefix_events_begin(struct prefix_cache *pc);
+void prefix_events_end(struct prefix_cache *pc);
 
-/* Emits an event to m's callback, if any. */
-void prefix_emit(struct kvp_manager *m, enum kvp_event_type type,
+/* Emits an event to pc's callback, if any. */
+void prefix_emit(struct prefix_cache *pc, enum kvp_event_type type,
 		 const struct kvp_hash *hashes, uint32_t n,
 		 const struct kvp_hash *parent);
 
 /*
- * Quiescent check of m's table against the pool: adds m's cached blocks
- * to *nodes; 0 or -EFAULT.
+ * Quiescent check of pc's table against the pool: adds pc's cached
+ * blocks to *nodes; 0 or -EFAULT.
  */
-int prefix_check_manager(struct kvp_manager *m, uint64_t *nodes);
+int prefix_check_cache(struct prefix_cache *pc, uint64_t *nodes);
 /* Cached blocks in the pool (quiescent count). */
 uint64_t prefix_cached_blocks(struct kvp_pool *pool);
 

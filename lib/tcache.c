@@ -31,7 +31,7 @@
  *    with acquire, pairing with the drainer's release store, and sees the
  *    drained count.
  *
- * 2. No false exhaustion.  A drain holds pool->drain_lock, which also
+ * 2. No false exhaustion.  A drain holds the depot's drain_lock, which also
  *    guards the attaching of new caches, and freezes every cache of the
  *    pool before emptying them all onto the global stack.  While frozen, no
  *    cache gains or loses a block, so from then on the free blocks are
@@ -39,14 +39,14 @@
  *    chain; the pop fails only if the stack, re-read unchanged, held fewer
  *    than n (stack.h): at that moment the whole pool had fewer than n free.
  *
- * 3. Lifetimes.  A cache belongs to its pool and is freed only when the pool
- *    is destroyed; a thread that exits returns its blocks and orphans its
- *    cache, which a later thread adopts.  A thread keeps (pool, uid, cache)
- *    records; uids are never reused, so a record of a destroyed pool never
- *    matches a new pool at the same address.  Thread exit and
- *    kvp_thread_flush touch a pool only after finding it, under
- *    tcache_global_lock, in the list of live pools; pool destruction
- *    removes the pool from that list under the same lock before freeing.
+ * 3. Lifetimes.  A cache belongs to its pool's depot and is freed only when
+ *    the pool is destroyed; a thread that exits returns its blocks and
+ *    orphans its cache, which a later thread adopts.  A thread keeps
+ *    (depot, uid, cache) records; uids are never reused, so a record of a
+ *    destroyed pool never matches a new pool at the same address.  Thread
+ *    exit and kvp_thread_flush touch a depot only after finding it, under
+ *    tcache_global_lock, in the list of live depots; pool destruction
+ *    removes its depot from that list under the same lock before freeing.
  */
 #include <errno.h>
 #include <linux/membarrier.h>
@@ -56,6 +56,7 @@
 #include <unistd.h>
 
 #include "alloc.h"
+#include "kvpool.h"
 #include "tcache.h"
 #include "tsan.h"
 
@@ -63,7 +64,7 @@ bool tcache_membarrier_ok;
 KVP_TLS struct tcache_tls_last tcache_last;
 
 struct tcache_record {
-	struct kvp_pool *pool;
+	struct tcache_depot *depot;
 	uint64_t uid;
 	struct tcache *tc;
 };
@@ -76,10 +77,9 @@ struct tcache_thread {
 };
 static KVP_TLS struct tcache_thread self;
 
-/* Guards the live-pool list and cache ownership (attach, orphan, adopt). */
+/* Guards the live-depot list and cache ownership (attach, orphan, adopt). */
 static pthread_mutex_t tcache_global_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct kvp_pool *live_pools; /* tcache_global_lock */
-static _Atomic uint64_t last_uid;   /* atomic */
+static struct tcache_depot *live_depots; /* tcache_global_lock */
 static pthread_key_t exit_key;
 static pthread_once_t setup_once = PTHREAD_ONCE_INIT;
 
@@ -97,28 +97,31 @@ static void setup(void)
 		membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0;
 }
 
-uint64_t tcache_next_uid(void)
+static bool depot_is_live(const struct tcache_depot *d, uint64_t uid)
 {
-	kvp_check_pthread(pthread_once(&setup_once, setup));
-	/* Relaxed: uniqueness is all that matters. */
-	return atomic_fetch_add_explicit(&last_uid, 1, memory_order_relaxed) +
-	       1;
-}
-
-static bool pool_is_live(const struct kvp_pool *pool, uint64_t uid)
-{
-	for (struct kvp_pool *p = live_pools; p; p = p->live_next)
-		if (p == pool && p->uid == uid)
+	for (struct tcache_depot *p = live_depots; p; p = p->live_next)
+		if (p == d && p->uid == uid)
 			return true;
 	return false;
 }
 
-void tcache_pool_created(struct kvp_pool *pool)
+int tcache_depot_init(struct tcache_depot *d, uint32_t cap,
+		      struct kvp_stack *stack, _Atomic uint32_t *next)
 {
+	kvp_check_pthread(pthread_once(&setup_once, setup));
+	memset(d, 0, sizeof(*d));
+	if (pthread_mutex_init(&d->drain_lock, NULL) != 0)
+		return -ENOMEM;
+	d->uid = kvp_next_uid();
+	d->cap = cap;
+	d->stack = stack;
+	d->next = next;
+	atomic_init(&d->tcaches, NULL);
 	kvp_check_pthread(pthread_mutex_lock(&tcache_global_lock));
-	pool->live_next = live_pools;
-	live_pools = pool;
+	d->live_next = live_depots;
+	live_depots = d;
 	kvp_check_pthread(pthread_mutex_unlock(&tcache_global_lock));
+	return 0;
 }
 
 static size_t tcache_size(uint32_t cap)
@@ -126,32 +129,33 @@ static size_t tcache_size(uint32_t cap)
 	return sizeof(struct tcache) + (size_t)cap * sizeof(uint32_t);
 }
 
-void tcache_pool_destroyed(struct kvp_pool *pool)
+void tcache_depot_fini(struct tcache_depot *d)
 {
-	struct kvp_pool **pp;
+	struct tcache_depot **pp;
 	struct tcache *tc, *next;
 
 	kvp_check_pthread(pthread_mutex_lock(&tcache_global_lock));
-	for (pp = &live_pools; *pp; pp = &(*pp)->live_next) {
-		if (*pp == pool) {
-			*pp = pool->live_next;
+	for (pp = &live_depots; *pp; pp = &(*pp)->live_next) {
+		if (*pp == d) {
+			*pp = d->live_next;
 			break;
 		}
 	}
 	kvp_check_pthread(pthread_mutex_unlock(&tcache_global_lock));
 
-	tc = atomic_load_explicit(&pool->tcaches, memory_order_acquire);
+	tc = atomic_load_explicit(&d->tcaches, memory_order_acquire);
 	for (; tc; tc = next) {
 		next = tc->next;
 		kvp_free_aligned(tc, KVP_CACHELINE, tcache_size(tc->cap));
 	}
+	pthread_mutex_destroy(&d->drain_lock);
 }
 
-/* Blocks until the drain in progress on tc's pool has finished. */
+/* Blocks until the drain in progress on tc's depot has finished. */
 void tcache_wait_drain(struct tcache *tc)
 {
-	kvp_check_pthread(pthread_mutex_lock(&tc->pool->drain_lock));
-	kvp_check_pthread(pthread_mutex_unlock(&tc->pool->drain_lock));
+	kvp_check_pthread(pthread_mutex_lock(&tc->depot->drain_lock));
+	kvp_check_pthread(pthread_mutex_unlock(&tc->depot->drain_lock));
 }
 
 static void tcache_enter_wait(struct tcache *tc)
@@ -162,14 +166,14 @@ static void tcache_enter_wait(struct tcache *tc)
 
 void tcache_flush_half(struct tcache *tc)
 {
-	struct kvp_pool *pool = tc->pool;
+	struct tcache_depot *d = tc->depot;
 	uint32_t c = tcache_count(tc);
 	uint32_t h = c / 2;
 
 	if (h == 0)
 		return;
 	/* The oldest half goes; the hottest ids stay. */
-	stack_push_ids(&pool->stack, pool->next, tc->slots, h);
+	stack_push_ids(d->stack, d->next, tc->slots, h);
 	memmove(tc->slots, tc->slots + h, (c - h) * sizeof(uint32_t));
 	tcache_set_count(tc, c - h);
 }
@@ -182,13 +186,13 @@ static void tcache_flush_all(struct tcache *tc)
 	tcache_enter_wait(tc);
 	c = tcache_count(tc);
 	if (c) {
-		stack_push_ids(&tc->pool->stack, tc->pool->next, tc->slots, c);
+		stack_push_ids(tc->depot->stack, tc->depot->next, tc->slots, c);
 		tcache_set_count(tc, 0);
 	}
 	tcache_exit(tc);
 }
 
-/* tcache_global_lock held: drops records of pools that no longer exist. */
+/* tcache_global_lock held: drops records of depots that no longer exist. */
 static void prune_records(void)
 {
 	uint32_t i = 0;
@@ -196,22 +200,23 @@ static void prune_records(void)
 	while (i < self.n) {
 		struct tcache_record *r = &self.records[i];
 
-		if (pool_is_live(r->pool, r->uid)) {
+		if (depot_is_live(r->depot, r->uid)) {
 			i++;
 			continue;
 		}
 		*r = self.records[--self.n];
 	}
-	if (tcache_last.tc && !pool_is_live(tcache_last.pool, tcache_last.uid))
+	if (tcache_last.tc &&
+	    !depot_is_live(tcache_last.depot, tcache_last.uid))
 		memset(&tcache_last, 0, sizeof(tcache_last));
 }
 
-/* tcache_global_lock and pool->drain_lock held. */
-static struct tcache *attach(struct kvp_pool *pool)
+/* tcache_global_lock and d->drain_lock held. */
+static struct tcache *attach(struct tcache_depot *d)
 {
 	struct tcache *tc;
 
-	tc = atomic_load_explicit(&pool->tcaches, memory_order_relaxed);
+	tc = atomic_load_explicit(&d->tcaches, memory_order_relaxed);
 	for (; tc; tc = tc->next) {
 		if (!atomic_load_explicit(&tc->owner, memory_order_relaxed)) {
 			atomic_store_explicit(&tc->owner, &self,
@@ -219,29 +224,29 @@ static struct tcache *attach(struct kvp_pool *pool)
 			return tc;
 		}
 	}
-	tc = kvp_malloc_aligned(KVP_CACHELINE, tcache_size(pool->cache_cap));
+	tc = kvp_malloc_aligned(KVP_CACHELINE, tcache_size(d->cap));
 	if (!tc)
 		return NULL;
 	memset(tc, 0, sizeof(*tc));
-	tc->pool = pool;
-	tc->cap = pool->cache_cap;
+	tc->depot = d;
+	tc->cap = d->cap;
 	atomic_init(&tc->owner, &self);
-	tc->next = atomic_load_explicit(&pool->tcaches, memory_order_relaxed);
+	tc->next = atomic_load_explicit(&d->tcaches, memory_order_relaxed);
 	/* Release: publishes the initialised cache to lock-free walkers. */
-	atomic_store_explicit(&pool->tcaches, tc, memory_order_release);
+	atomic_store_explicit(&d->tcaches, tc, memory_order_release);
 	return tc;
 }
 
-struct tcache *tcache_get_slow(struct kvp_pool *pool)
+struct tcache *tcache_get_slow(struct tcache_depot *d)
 {
 	struct tcache *tc = NULL;
 
-	if (pool->cache_cap == 0)
+	if (d->cap == 0)
 		return NULL;
 	for (uint32_t i = 0; i < self.n; i++) {
 		struct tcache_record *r = &self.records[i];
 
-		if (r->pool == pool && r->uid == pool->uid) {
+		if (r->depot == d && r->uid == d->uid) {
 			tc = r->tc;
 			goto found;
 		}
@@ -268,19 +273,19 @@ struct tcache *tcache_get_slow(struct kvp_pool *pool)
 		self.records = r;
 		self.cap = cap;
 	}
-	kvp_check_pthread(pthread_mutex_lock(&pool->drain_lock));
-	tc = attach(pool);
-	kvp_check_pthread(pthread_mutex_unlock(&pool->drain_lock));
+	kvp_check_pthread(pthread_mutex_lock(&d->drain_lock));
+	tc = attach(d);
+	kvp_check_pthread(pthread_mutex_unlock(&d->drain_lock));
 	if (tc)
 		self.records[self.n++] = (struct tcache_record){
-			.pool = pool, .uid = pool->uid, .tc = tc};
+			.depot = d, .uid = d->uid, .tc = tc};
 out:
 	kvp_check_pthread(pthread_mutex_unlock(&tcache_global_lock));
 	if (!tc)
 		return NULL;
 found:
 	tcache_last = (struct tcache_tls_last){
-		.pool = pool, .uid = pool->uid, .tc = tc};
+		.depot = d, .uid = d->uid, .tc = tc};
 	return tc;
 }
 
@@ -325,16 +330,16 @@ static void drainer_fence(void)
 		kvp_fatal("membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) failed");
 }
 
-uint32_t tcache_drain_alloc(struct kvp_pool *pool, uint32_t min, uint32_t max,
-			    uint32_t *ids)
+uint32_t tcache_drain_alloc(struct tcache_depot *d, uint32_t min, uint32_t max,
+			    uint32_t *ids, uint64_t *free_then)
 {
 	struct tcache *head, *tc;
 	uint32_t first, k;
 
-	kvp_check_pthread(pthread_mutex_lock(&pool->drain_lock));
+	kvp_check_pthread(pthread_mutex_lock(&d->drain_lock));
 	/* Acquire: pairs with attach()'s release; no cache can be attached
 	 * while we hold drain_lock, so this list is complete. */
-	head = atomic_load_explicit(&pool->tcaches, memory_order_acquire);
+	head = atomic_load_explicit(&d->tcaches, memory_order_acquire);
 	for (tc = head; tc; tc = tc->next)
 		/* Relaxed: ordered before the loads of busy by the fence. */
 		atomic_store_explicit(&tc->drain, 1, memory_order_relaxed);
@@ -347,25 +352,24 @@ uint32_t tcache_drain_alloc(struct kvp_pool *pool, uint32_t min, uint32_t max,
 			sched_yield();
 		c = tcache_count(tc);
 		if (c) {
-			stack_push_ids(&pool->stack, pool->next, tc->slots, c);
+			stack_push_ids(d->stack, d->next, tc->slots, c);
 			tcache_set_count(tc, 0);
 		}
 	}
 	/* Every cache is empty and frozen: the free blocks are the stack's. */
-	pool_note_used(pool, pool->num_blocks -
-				     atomic_load_explicit(&pool->stack.count,
-							  memory_order_relaxed));
-	k = stack_pop_chain(&pool->stack, pool->next, min, max, &first);
+	*free_then = atomic_load_explicit(&d->stack->count,
+					  memory_order_relaxed);
+	k = stack_pop_chain(d->stack, d->next, min, max, &first);
 	if (k)
-		stack_chain_copy(pool->next, first, k, ids);
+		stack_chain_copy(d->next, first, k, ids);
 	for (tc = head; tc; tc = tc->next)
 		/* Release: publishes the emptied count to the owner. */
 		atomic_store_explicit(&tc->drain, 0, memory_order_release);
-	kvp_check_pthread(pthread_mutex_unlock(&pool->drain_lock));
+	kvp_check_pthread(pthread_mutex_unlock(&d->drain_lock));
 	return k;
 }
 
-void tcache_sum(struct kvp_pool *pool, uint64_t *parked, uint64_t *allocs,
+void tcache_sum(struct tcache_depot *d, uint64_t *parked, uint64_t *allocs,
 		uint64_t *frees, uint32_t *threads)
 {
 	struct tcache *tc;
@@ -373,7 +377,7 @@ void tcache_sum(struct kvp_pool *pool, uint64_t *parked, uint64_t *allocs,
 	*parked = *allocs = *frees = 0;
 	*threads = 0;
 	/* Acquire: pairs with attach()'s release. */
-	tc = atomic_load_explicit(&pool->tcaches, memory_order_acquire);
+	tc = atomic_load_explicit(&d->tcaches, memory_order_acquire);
 	for (; tc; tc = tc->next) {
 		/* Relaxed: statistics, exact only at quiescence. */
 		*parked += atomic_load_explicit(&tc->count,

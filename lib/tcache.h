@@ -22,8 +22,38 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include <pthread.h>
+
 #include "compiler.h"
-#include "pool.h"
+#include "stack.h"
+
+struct tcache;
+
+/*
+ * The caches of one pool, and what they need of it: the free stack they
+ * refill from and flush to.  Embedded in the pool (pool.h), owned here.
+ */
+struct tcache_depot {
+	/* Read-only after tcache_depot_init(). */
+	uint64_t uid;		      /* unique per process, never reused */
+	uint32_t cap;		      /* per-thread capacity, 0 = no caches */
+	struct kvp_stack *stack;      /* the pool's global free stack */
+	_Atomic uint32_t *next;	      /* its links */
+	/*
+	 * Serialises cache drains and the attaching of thread caches, so a
+	 * drain sees every cache of the depot.  Lock order:
+	 * tcache_global_lock before drain_lock.
+	 */
+	pthread_mutex_t drain_lock;
+	/*
+	 * The depot's thread caches: an append-only list (appended under
+	 * drain_lock with a release store, walked lock-free with acquire
+	 * loads); freed only by tcache_depot_fini().
+	 */
+	_Atomic(struct tcache *) tcaches;
+	/* The live-depot list.  Synchronization: tcache_global_lock. */
+	struct tcache_depot *live_next;
+};
 
 struct tcache {
 	/* Owner-written line. */
@@ -40,8 +70,8 @@ struct tcache {
 	kvp_cacheline_aligned _Atomic uint32_t drain;
 
 	/* Read-mostly. */
-	kvp_cacheline_aligned struct kvp_pool *pool; /* immutable */
-	uint32_t cap;				   /* immutable */
+	kvp_cacheline_aligned struct tcache_depot *depot; /* immutable */
+	uint32_t cap;					/* immutable */
 	/* The owning thread's record, NULL for an orphaned cache that a new
 	 * thread may adopt.  Synchronization: tcache_global_lock; stats read
 	 * it relaxed. */
@@ -62,26 +92,32 @@ struct tcache {
 extern __attribute__((visibility("hidden"))) bool tcache_membarrier_ok;
 
 /*
- * Returns the calling thread's cache for pool, creating or adopting one on
- * first use; NULL if the pool has no caches or memory ran out (callers then
+ * Returns the calling thread's cache of depot d, creating or adopting one
+ * on first use; NULL if d has no caches or memory ran out (callers then
  * use the global stack directly).
  */
-struct tcache *tcache_get_slow(struct kvp_pool *pool);
+struct tcache *tcache_get_slow(struct tcache_depot *d);
 
 struct tcache_tls_last {
-	struct kvp_pool *pool;
+	struct tcache_depot *depot;
 	uint64_t uid;
 	struct tcache *tc;
 };
 extern KVP_TLS struct tcache_tls_last tcache_last;
 
-static inline struct tcache *tcache_get(struct kvp_pool *pool)
+/* Whether the calling thread's last-used cache is d's (the fast paths). */
+static inline bool tcache_last_is(const struct tcache_depot *d)
 {
-	/* The uid check makes a stale entry for a destroyed pool at the same
-	 * address miss. */
-	if (likely(tcache_last.pool == pool && tcache_last.uid == pool->uid))
+	/* The uid check makes a stale entry for a destroyed depot at the
+	 * same address miss. */
+	return likely(tcache_last.depot == d && tcache_last.uid == d->uid);
+}
+
+static inline struct tcache *tcache_get(struct tcache_depot *d)
+{
+	if (tcache_last_is(d))
 		return tcache_last.tc;
-	return tcache_get_slow(pool);
+	return tcache_get_slow(d);
 }
 
 /*
@@ -113,7 +149,7 @@ static inline void tcache_exit(struct tcache *tc)
 	atomic_store_explicit(&tc->busy, 0, memory_order_release);
 }
 
-/* Blocks until the drain in progress on tc's pool has finished. */
+/* Blocks until the drain in progress on tc's depot has finished. */
 void tcache_wait_drain(struct tcache *tc);
 
 static inline uint32_t tcache_count(struct tcache *tc)
@@ -143,24 +179,28 @@ static inline void tcache_add(_Atomic uint64_t *ctr, uint64_t n)
 void tcache_flush_half(struct tcache *tc);
 
 /*
- * Drains every cache of the pool to the global stack, then pops between
- * min and max ids into ids (1 <= min <= max).  The caller must not be
- * inside an owner operation.  Returns how many, or 0 if fewer than min
- * were free.
+ * Drains every cache of d to the global stack, then pops between min and
+ * max ids into ids (1 <= min <= max).  *free_then receives how many blocks
+ * were free with every cache drained (all on the stack), before the pop.
+ * The caller must not be inside an owner operation.  Returns how many,
+ * or 0 if fewer than min were free.
  */
-uint32_t tcache_drain_alloc(struct kvp_pool *pool, uint32_t min, uint32_t max,
-			    uint32_t *ids);
+uint32_t tcache_drain_alloc(struct tcache_depot *d, uint32_t min, uint32_t max,
+			    uint32_t *ids, uint64_t *free_then);
 
-/* Sums the pool's caches: parked blocks, allocs, frees, attached threads. */
-void tcache_sum(struct kvp_pool *pool, uint64_t *parked, uint64_t *allocs,
+/* Sums d's caches: parked blocks, allocs, frees, attached threads. */
+void tcache_sum(struct tcache_depot *d, uint64_t *parked, uint64_t *allocs,
 		uint64_t *frees, uint32_t *threads);
 
-/* Registers a new pool as live (its caches may be created). */
-void tcache_pool_created(struct kvp_pool *pool);
-/* Unregisters a pool and frees its caches; nobody uses it any more. */
-void tcache_pool_destroyed(struct kvp_pool *pool);
-
-/* Process-wide setup done before the first pool: membarrier, uids. */
-uint64_t tcache_next_uid(void);
+/*
+ * Sets up the caches of a new pool (capacity cap, 0 = none) over its free
+ * stack and registers them as live: threads may then attach.  Does the
+ * process-wide setup (membarrier, the thread-exit hook) on first use.
+ * Returns 0 or -ENOMEM.
+ */
+int tcache_depot_init(struct tcache_depot *d, uint32_t cap,
+		      struct kvp_stack *stack, _Atomic uint32_t *next);
+/* Unregisters d and frees its caches; nobody uses it any more. */
+void tcache_depot_fini(struct tcache_depot *d);
 
 #endif /* KVP_TCACHE_H */
