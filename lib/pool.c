@@ -647,6 +647,26 @@ static inline bool state_held(uint32_t s)
 }
 
 /*
+ * Takes block id from exactly one reference to zero; false if its word is
+ * anything else (then nothing changed), which goes to *seen.  The one
+ * sole-holder step (1 -> 0, see the top) of every free path.
+ */
+static inline __attribute__((always_inline)) bool
+take_sole(_Atomic uint32_t *state, size_t id, uint32_t *seen)
+{
+	/* Acquire: pairs with other holders' release decrements. */
+	uint32_t s = atomic_load_explicit(&state[id], memory_order_acquire);
+
+	if (unlikely(s != 1)) {
+		*seen = s;
+		return false;
+	}
+	/* Sole holder: a plain store (see the top). */
+	atomic_store_explicit(&state[id], 0, memory_order_relaxed);
+	return true;
+}
+
+/*
  * Undoes drop_sole() on ids[0..n): a block at zero there is one the call
  * took to zero (a caller holding its references keeps the others above
  * zero), so it goes back to one reference.  The sink is discarded.
@@ -839,7 +859,7 @@ drop_sole(struct kvp_pool *pool, const uint32_t *ids, uint32_t n,
 	 * at each call site, so the sink's branch folds away. */
 	_Atomic uint32_t *state = pool->state;
 	uint32_t num_blocks = pool->num_blocks, i = 0, z = 0, *out = sk->out;
-	uint32_t nshared = 0;
+	uint32_t nshared = 0, seen;
 	int err = 0;
 
 	/* The common case first: every block held by the caller alone, so
@@ -848,15 +868,9 @@ drop_sole(struct kvp_pool *pool, const uint32_t *ids, uint32_t n,
 		for (; i < n; i++) {
 			uint32_t id = ids[i];
 
-			if (unlikely(id >= num_blocks))
+			if (unlikely(id >= num_blocks ||
+				     !take_sole(state, id, &seen)))
 				break;
-			/* Acquire: as below. */
-			if (unlikely(atomic_load_explicit(
-					     &state[id],
-					     memory_order_acquire) != 1))
-				break;
-			atomic_store_explicit(&state[id], 0,
-					      memory_order_relaxed);
 			out[i] = id;
 		}
 		z = i;
@@ -868,12 +882,7 @@ drop_sole(struct kvp_pool *pool, const uint32_t *ids, uint32_t n,
 			err = -ERANGE;
 			break;
 		}
-		/* Acquire: pairs with other holders' release decrements. */
-		s = atomic_load_explicit(&state[id], memory_order_acquire);
-		if (likely(s == 1)) {
-			/* Sole holder: a plain store (see the top). */
-			atomic_store_explicit(&state[id], 0,
-					      memory_order_relaxed);
+		if (likely(take_sole(state, id, &s))) {
 			if (to_array)
 				out[z++] = id;
 			else
@@ -938,12 +947,7 @@ drop_distinct(struct kvp_pool *pool, const uint32_t *ids, uint32_t n,
 			err = -ERANGE;
 			continue;
 		}
-		/* Acquire: as in drop_sole(). */
-		s = atomic_load_explicit(&state[id], memory_order_acquire);
-		if (likely(s == 1)) {
-			/* Sole holder: a plain store (see the top). */
-			atomic_store_explicit(&state[id], 0,
-					      memory_order_relaxed);
+		if (likely(take_sole(state, id, &s))) {
 			sink_put(pool, sk, id);
 		} else if (unlikely(!drop_held(pool, id, s, sk, &idle))) {
 			err = -EALREADY;
@@ -1080,19 +1084,6 @@ free_cache_enter(struct kvp_pool *pool, uint32_t n, uint32_t *c)
 	return tc;
 }
 
-/* Takes block id from exactly one reference to zero; false if its word is
- * anything else (then nothing changed). */
-static inline __attribute__((always_inline)) bool
-take_sole(_Atomic uint32_t *state, size_t id)
-{
-	/* Acquire: pairs with other holders' release decrements. */
-	if (unlikely(atomic_load_explicit(&state[id], memory_order_acquire) !=
-		     1))
-		return false;
-	/* Sole holder: a plain store (see the top). */
-	atomic_store_explicit(&state[id], 0, memory_order_relaxed);
-	return true;
-}
 
 /*
  * Takes ids[0..n) to zero in order and lists them in out[0..n), stopping
@@ -1105,12 +1096,13 @@ take_sole_all(_Atomic uint32_t *state, uint32_t num_blocks,
 	      const uint32_t *ids, uint32_t n, uint32_t *out)
 {
 	const uint32_t *p = ids, *end = ids + n, *end8 = ids + (n & ~7u);
+	uint32_t seen; /* unused: a failed take ends the pass */
 
 	if (n == 1) {
 		size_t id = *p;
 
 		*out = (uint32_t)id;
-		return likely(id < num_blocks && take_sole(state, id));
+		return likely(id < num_blocks && take_sole(state, id, &seen));
 	}
 	for (; p < end8; p += 8, out += 8)
 #pragma GCC unroll 8
@@ -1118,14 +1110,15 @@ take_sole_all(_Atomic uint32_t *state, uint32_t num_blocks,
 			size_t id = p[k];
 
 			out[k] = (uint32_t)id;
-			if (unlikely(id >= num_blocks || !take_sole(state, id)))
+			if (unlikely(id >= num_blocks ||
+				     !take_sole(state, id, &seen)))
 				return (uint32_t)(p - ids) + k;
 		}
 	for (; p < end; p++, out++) {
 		size_t id = *p;
 
 		*out = (uint32_t)id;
-		if (unlikely(id >= num_blocks || !take_sole(state, id)))
+		if (unlikely(id >= num_blocks || !take_sole(state, id, &seen)))
 			break;
 	}
 	return (uint32_t)(p - ids);
