@@ -2,7 +2,8 @@
  * stress_prefix.c - validates the prefix cache under threads.
  *
  * usage: stress_prefix THREADS SECONDS [--blocks N] [--prefixes K]
- *                      [--managers 1|2] [--reset 0|1] [--seed S]
+ *                      [--managers 1|2] [--reset 0|1] [--full 0|1]
+ *                      [--seed S]
  *
  * Two managers (or one) with KVP_PREFIX_CACHE share a data-owning pool
  * small enough (--blocks, default 96, 4 tokens per block) that cached
@@ -15,7 +16,12 @@
  * length, committed now and then, sometimes forked (the fork follows the
  * same stream, so both commit the same hashes: no merge), sometimes
  * truncated (into cached blocks: copy-on-write), and freed.  Another
- * thread calls kvp_prefix_reset now and then (0 or -EBUSY).
+ * thread calls kvp_prefix_reset now and then (0 or -EBUSY).  With --full 1
+ * the pool is first filled with cached blocks, and every request runs to
+ * a whole number of blocks and caches them all before it is freed: free
+ * blocks are then cached ones, and allocations evict (the steady state of
+ * a serving engine); the run fails unless at least a third of the blocks
+ * allocated were evicted ones (the rest: copies, blocks a reset freed).
  *
  * Invariants checked during the run:
  *  - every full block a request holds carries bytes that encode its chain
@@ -64,7 +70,7 @@
 
 static struct kvp_pool *pool;
 static struct kvp_manager *mgr[2];
-static int nmgr = 2, do_reset = 1;
+static int nmgr = 2, do_reset = 1, full_mode;
 static uint32_t num_blocks = 96, nprefix = 4;
 static uint32_t suffix_tok[NSUFFIX][SUFFIX_TOKENS];
 static _Atomic int stop;
@@ -333,8 +339,19 @@ static void req_free(struct req *r)
 	r->live = false;
 }
 
+static void req_append(struct worker *w, struct req *r);
+
 static void finish_req(struct worker *w, struct req *r)
 {
+	/* --full: the request runs to its whole length (a multiple of the
+	 * block size) and caches every block before it goes, so that the
+	 * pool's free blocks are all cached ones. */
+	while (full_mode && r->live && r->ntok < r->len)
+		req_append(w, r);
+	if (!r->live)
+		return; /* the append ran out of blocks and finished it */
+	if (full_mode)
+		commit(w, r);
 	verify_all(w, r);
 	req_free(r);
 }
@@ -353,7 +370,11 @@ static bool req_start(struct worker *w, struct req *r)
 
 	r->mi = nmgr == 2 && ((x >> 33) % 4) == 0 ? 1 : 0;
 	r->id = (uint64_t)(w->idx + 1) << 40 | w->next_id++;
+	if (full_mode && slen < BT)
+		slen = BT; /* so that the request fills a whole block */
 	r->len = plen + slen;
+	if (full_mode)
+		r->len -= r->len % BT; /* every block full at the end */
 	for (uint32_t i = 0; i < plen; i++)
 		r->tok[i] = 1000u * (k + 1) + i;
 	for (uint32_t i = 0; i < slen; i++)
@@ -387,7 +408,7 @@ static bool req_start(struct worker *w, struct req *r)
 			verify_block(r, i, "hit");
 	}
 	write_full(r);
-	if (rnd(&w->seed) % 4)
+	if (full_mode || rnd(&w->seed) % 4)
 		commit(w, r);
 	return true;
 }
@@ -403,7 +424,8 @@ static void req_append(struct worker *w, struct req *r)
 	err = kvp_seq_append(mgr[r->mi], r->id, n, cow, 1, &ncow);
 	if (err == -ENOSPC) {
 		w->c.enospc++;
-		finish_req(w, r);
+		verify_all(w, r);
+		req_free(r);
 		return;
 	}
 	if (err)
@@ -533,6 +555,56 @@ static void *resetter_main(void *arg)
 
 /* ------------------------------------------------------------ main */
 
+/*
+ * --full: fills the pool with cached blocks before the run (chains of
+ * their own, which the workers never ask for), so that from the first
+ * allocation on, free blocks are cached ones and allocations evict.
+ */
+static void fill_pool(void)
+{
+	struct worker w0;
+	struct req *fill;
+	uint32_t n = 0, cap = num_blocks;
+
+	memset(&w0, 0, sizeof(w0));
+	fill = calloc(cap, sizeof(*fill));
+	if (!fill)
+		fail("out of memory\n");
+	for (uint32_t want = MAXB; want >= 1; want = want > 1 ? 1 : 0) {
+		for (;;) {
+			struct req *r = &fill[n];
+			uint32_t cached;
+			int err, nh;
+
+			r->mi = (int)(n % (uint32_t)nmgr);
+			r->id = (uint64_t)1 << 62 | n;
+			r->len = want * BT;
+			for (uint32_t i = 0; i < r->len; i++)
+				r->tok[i] = 7000000u + n * MAXT + i;
+			nh = kvp_hash_blocks(KVP_HASH_SHA256, NULL, NULL,
+					     r->tok, r->len, BT, r->h);
+			if (nh != (int)want)
+				fail("kvp_hash_blocks returned %d\n", nh);
+			r->nh = want;
+			err = kvp_seq_create_cached(mgr[r->mi], r->id, r->h,
+						    r->nh, r->len, &cached);
+			if (err == -ENOSPC)
+				break;
+			if (err || cached)
+				fail("filling: create: %s, %u cached\n",
+				     kvp_strerror(err), cached);
+			r->live = true;
+			r->ntok = r->len;
+			write_full(r);
+			commit(&w0, r);
+			n++;
+		}
+	}
+	for (uint32_t i = 0; i < n; i++)
+		req_free(&fill[i]);
+	free(fill);
+}
+
 static void check_all(const char *when)
 {
 	int err;
@@ -555,7 +627,8 @@ int main(int argc, char **argv)
 					.flags = KVP_PREFIX_CACHE};
 	struct kvp_pool_stats st;
 	struct counters sum;
-	uint64_t seed = (uint64_t)time(NULL), hits_total = 0;
+	uint64_t seed = (uint64_t)time(NULL), hits_total = 0, allocated = 0;
+	uint64_t evictions_at_start = 0;
 	struct worker *w;
 	pthread_t reset_tid;
 	uint32_t *all;
@@ -565,7 +638,7 @@ int main(int argc, char **argv)
 	if (argc < 3) {
 		fprintf(stderr, "usage: %s THREADS SECONDS [--blocks N] "
 				"[--prefixes K] [--managers 1|2] [--reset 0|1] "
-				"[--seed S]\n",
+				"[--full 0|1] [--seed S]\n",
 			argv[0]);
 		return 2;
 	}
@@ -580,6 +653,8 @@ int main(int argc, char **argv)
 			nmgr = atoi(argv[i + 1]);
 		else if (!strcmp(argv[i], "--reset"))
 			do_reset = atoi(argv[i + 1]);
+		else if (!strcmp(argv[i], "--full"))
+			full_mode = atoi(argv[i + 1]);
 		else if (!strcmp(argv[i], "--seed"))
 			seed = strtoull(argv[i + 1], NULL, 0);
 		else {
@@ -619,6 +694,17 @@ int main(int argc, char **argv)
 					 (void *)(intptr_t)k);
 	}
 	kvp_pool_unref(pool); /* the managers hold it */
+	if (full_mode) {
+		fill_pool();
+		kvp_pool_stats(pool, &st);
+		if (st.free != st.evictable || st.evictable != st.total)
+			fail("--full: after filling, %llu free, %llu of them "
+			     "cached, of %llu\n",
+			     (unsigned long long)st.free,
+			     (unsigned long long)st.evictable,
+			     (unsigned long long)st.total);
+		evictions_at_start = st.cache_evictions;
+	}
 	printf("stress_prefix: %d threads, %.1f s, %u blocks, %u prefixes, "
 	       "%d managers, seed %llu\n",
 	       nthreads, seconds, num_blocks, nprefix, nmgr,
@@ -667,6 +753,7 @@ int main(int argc, char **argv)
 
 		kvp_manager_stats(mgr[k], &ms);
 		hits_total += ms.prefix_hits;
+		allocated += ms.blocks_allocated;
 		if (ms.prefix_cached_blocks != model_cached(k))
 			fail("manager %d caches %llu blocks, its events say "
 			     "%llu\n",
@@ -702,6 +789,22 @@ int main(int argc, char **argv)
 		fail("no prefix hits: the run did not exercise revivals\n");
 	if (st.cache_evictions == 0)
 		fail("no cached block was evicted: the pool is too large\n");
+	if (full_mode) {
+		/* Blocks the run's allocations took, and how many of them
+		 * were evicted: all but the never-cached ones (partial tail
+		 * blocks, copies, what resets freed).  The fill's own
+		 * allocations are left out of both. */
+		uint64_t ev = st.cache_evictions - evictions_at_start,
+			 run = allocated - num_blocks;
+
+		printf("stress_prefix: --full: %llu of %llu blocks allocated "
+		       "during the run were evicted ones (%.0f%%)\n",
+		       (unsigned long long)ev, (unsigned long long)run,
+		       run ? 100.0 * (double)ev / (double)run : 0.0);
+		if (run == 0 || ev * 3 < run)
+			fail("--full: fewer than a third of the blocks "
+			     "allocated were evicted ones\n");
+	}
 
 	/* Evict everything: one allocation of the whole pool. */
 	if ((err = kvp_pool_alloc(pool, num_blocks, all)))
