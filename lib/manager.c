@@ -773,6 +773,9 @@ KVP_API int kvp_prefix_reset(struct kvp_manager *m)
 		return -EINVAL;
 	/* Under the event lock: a concurrent commit's STORED comes before
 	 * CLEARED if the reset forgot its blocks, after it if not. */
+	/* Parked references are references: dropped first (a reset is
+	 * rare; this freezes every thread cache of the pool once). */
+	(void)pool_unpark_all(m->pool);
 	prefix_events_begin(&m->prefix);
 	err = prefix_clear(&m->prefix, false);
 	if (!err)
@@ -1536,6 +1539,7 @@ KVP_API int kvp_manager_check(struct kvp_manager *m)
 			err = -EFAULT;
 	}
 	kvp_check_pthread(pthread_mutex_unlock(&mgr_registry_lock));
+	pool_count_parked(pool, counts);
 	if (nodes != prefix_cached_blocks(pool)) {
 		fprintf(stderr,
 			"kvp_manager_check: %" PRIu64 " prefix nodes for %" PRIu64

@@ -49,6 +49,7 @@
  * every free; kvpool.h documents it.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -56,6 +57,9 @@
 #include "alloc.h"
 #include "pool.h"
 #include "tcache.h"
+
+static void unpark_refs(struct tcache_depot *d, const uint32_t *ids,
+			uint32_t n);
 
 /* Per-block metadata: the state word and the free-stack link. */
 _Static_assert(sizeof(_Atomic uint32_t) * 2 <= 16,
@@ -235,7 +239,8 @@ KVP_API int kvp_pool_create(const struct kvp_pool_config *cfg,
 	atomic_init(&pool->reclaimer, NULL);
 	atomic_init(&pool->refcnt, 1);
 	/* Last: from here on threads may attach caches. */
-	if (tcache_depot_init(&pool->depot, cap, &pool->stack, pool->next)) {
+	if (tcache_depot_init(&pool->depot, cap, &pool->stack, pool->next,
+			      unpark_refs)) {
 		pthread_mutex_destroy(&pool->reclaimer_lock);
 		pool_free_memory(pool);
 		return -ENOMEM;
@@ -473,9 +478,8 @@ static bool evict_into(struct kvp_pool *pool, const struct pool_reclaimer *rc,
  * threads' caches, drained (topped up by eviction).  Not inside an owner
  * operation.  Returns 0 (ids held once each) or -ENOSPC (nothing changed).
  */
-static __attribute__((noinline)) int
-alloc_reclaim(struct kvp_pool *pool, struct tcache *tc, uint32_t n,
-	      uint32_t *ids)
+static int alloc_reclaim_once(struct kvp_pool *pool, struct tcache *tc,
+			      uint32_t n, uint32_t *ids)
 {
 	const struct pool_reclaimer *rc = reclaimer_of(pool);
 	bool evict = rc != NULL;
@@ -519,6 +523,22 @@ alloc_reclaim(struct kvp_pool *pool, struct tcache *tc, uint32_t n,
 	}
 	mark_allocated(pool, ids, n);
 	return 0;
+}
+
+/*
+ * alloc_reclaim_once(), and if it finds too few blocks, again once every
+ * parked reference is dropped (their idle blocks become evictable): no
+ * false -ENOSPC for blocks only parked references hold.
+ */
+static __attribute__((noinline)) int
+alloc_reclaim(struct kvp_pool *pool, struct tcache *tc, uint32_t n,
+	      uint32_t *ids)
+{
+	int err = alloc_reclaim_once(pool, tc, n, ids);
+
+	if (err == -ENOSPC && reclaimer_of(pool) && pool_unpark_all(pool))
+		err = alloc_reclaim_once(pool, tc, n, ids);
+	return err;
 }
 
 /* Everything but the common case of kvp_pool_alloc; see below. */
@@ -1173,17 +1193,170 @@ KVP_API int kvp_pool_free(struct kvp_pool *pool, const uint32_t *ids,
 	return 0;
 }
 
-int pool_free_distinct(struct kvp_pool *pool, const uint32_t *ids, uint32_t n)
+/* A distinct free through the calling thread's cache, or the slow path. */
+static int free_distinct(struct kvp_pool *pool, const uint32_t *ids,
+			 uint32_t n)
 {
 	struct tcache *tc;
 	uint32_t c;
 
-	if (unlikely(!pool || !ids || n == 0))
-		return -EINVAL;
 	tc = free_cache_enter(pool, n, &c);
 	if (unlikely(!tc))
 		return free_slow(pool, ids, n, true);
 	return free_into_cache(pool, tc, c, ids, n, true);
+}
+
+/*
+ * Parked references (DESIGN.md section 2.1; tcache.h keeps them).  A
+ * sequence's free parks its references on the cached blocks at the head
+ * of its chain (the end of ids: a table is released last block first),
+ * at most KVP_PARK_MAX, from the head down to the first block it cannot
+ * park: uncached, or whose slot holds a block this same free parked.  An
+ * older parked reference in the slot is displaced: dropped now.  So
+ * within one free the end of a chain becomes idle first and its head
+ * last (when its parked references are dropped), and what a thread keeps
+ * parked is what it released last.  Only in pools of KVP_PARK_MIN_BLOCKS
+ * or more: parking delays when blocks become evictable, which a small
+ * pool would feel, and the reference model (tests/model.c) keeps to
+ * exact LRU order in small pools.
+ */
+#define KVP_PARK_MAX KVP_PARK_SLOTS
+#define KVP_PARK_MIN_BLOCKS 1024u
+
+/*
+ * Parks the head of ids (see above): returns j, where ids[j..n) are
+ * parked and the caller drops ids[0..j); displaced references go to
+ * out[0..*nout) (room for KVP_PARK_MAX), for the caller to drop as well.
+ * Owner, not inside an operation.
+ */
+static uint32_t park_head(struct kvp_pool *pool, struct tcache *tc,
+			  const uint32_t *ids, uint32_t n, uint32_t *out,
+			  uint32_t *nout)
+{
+	uint32_t j = n, call;
+
+	*nout = 0;
+	if (!tcache_enter(tc))
+		return n; /* a drain: drop them all */
+	call = ++tc->park_calls;
+	while (j > 0 && n - j < KVP_PARK_MAX) {
+		uint32_t b = ids[j - 1], i, v;
+
+		/* Relaxed: we hold b, so CACHED stays as it is, short of a
+		 * forced clear (a parked uncached block is freed when its
+		 * reference is dropped). */
+		if (b >= pool->num_blocks ||
+		    !(atomic_load_explicit(&pool->state[b],
+					   memory_order_relaxed) &
+		      KVP_ST_CACHED))
+			break;
+		i = tcache_park_slot(b);
+		v = atomic_load_explicit(&tc->park[i], memory_order_relaxed);
+		if (v && tc->park_call[i] == call)
+			break; /* parked by this free: keep the head's */
+		if (v)
+			out[(*nout)++] = v - 1;
+		atomic_store_explicit(&tc->park[i], b + 1,
+				      memory_order_relaxed);
+		tc->park_call[i] = call;
+		j--;
+	}
+	tcache_exit(tc);
+	return j;
+}
+
+int pool_free_distinct(struct kvp_pool *pool, const uint32_t *ids, uint32_t n)
+{
+	uint32_t displaced[KVP_PARK_MAX], nd = 0, j = n;
+	struct tcache *tc;
+	int err = 0, e;
+
+	if (unlikely(!pool || !ids || n == 0))
+		return -EINVAL;
+	if (pool->num_blocks >= KVP_PARK_MIN_BLOCKS && reclaimer_of(pool) &&
+	    (tc = tcache_get(&pool->depot)) != NULL)
+		j = park_head(pool, tc, ids, n, displaced, &nd);
+	if (j)
+		err = free_distinct(pool, ids, j);
+	if (nd && (e = free_distinct(pool, displaced, nd)) != 0 && !err)
+		err = e;
+	return err;
+}
+
+/* The depot's unpark hook: drops parked references (to the global stack
+ * and the reclaimer, never through a thread cache). */
+static void unpark_refs(struct tcache_depot *d, const uint32_t *ids,
+			uint32_t n)
+{
+	struct kvp_pool *pool =
+		(struct kvp_pool *)((char *)d - offsetof(struct kvp_pool, depot));
+
+	(void)free_to_stack(pool, NULL, ids, n, true);
+}
+
+uint64_t pool_unpark_all(struct kvp_pool *pool)
+{
+	uint32_t ids[KVP_PARK_SLOTS], k;
+	uint64_t n = 0;
+
+	if (!pool->depot.cap)
+		return 0;
+	while ((k = tcache_take_parked(&pool->depot, ids, KVP_PARK_SLOTS))) {
+		unpark_refs(&pool->depot, ids, k);
+		n += k;
+	}
+	return n;
+}
+
+void pool_count_parked(struct kvp_pool *pool, uint32_t *counts)
+{
+	for (struct tcache *tc = atomic_load_explicit(&pool->depot.tcaches,
+						      memory_order_acquire);
+	     tc; tc = tc->next)
+		for (uint32_t i = 0; i < KVP_PARK_SLOTS; i++) {
+			/* Relaxed: quiescent. */
+			uint32_t v = atomic_load_explicit(&tc->park[i],
+							  memory_order_relaxed);
+
+			if (v && v - 1 < pool->num_blocks)
+				counts[v - 1]++;
+		}
+}
+
+/*
+ * Cached blocks held only by parked references: idle in all but name
+ * (evictable: a shortage drops the references first).  A block parked by
+ * several threads counts once, in the first cache that parks it.
+ * Relaxed reads: a statistic, exact at quiescence.
+ */
+static uint64_t parked_idle(struct kvp_pool *pool)
+{
+	struct tcache *head = atomic_load_explicit(&pool->depot.tcaches,
+						   memory_order_acquire);
+	uint64_t n = 0;
+
+	for (struct tcache *tc = head; tc; tc = tc->next)
+		for (uint32_t i = 0; i < KVP_PARK_SLOTS; i++) {
+			uint32_t v = atomic_load_explicit(&tc->park[i],
+							  memory_order_relaxed);
+			uint32_t holders = 0, s;
+			bool first = true;
+
+			if (!v || v - 1 >= pool->num_blocks)
+				continue;
+			for (struct tcache *o = head; o; o = o->next)
+				if (atomic_load_explicit(&o->park[i],
+							 memory_order_relaxed) ==
+				    v) {
+					first &= holders > 0 || o == tc;
+					holders++;
+				}
+			s = atomic_load_explicit(&pool->state[v - 1],
+						 memory_order_relaxed);
+			n += first && (s & KVP_ST_CACHED) &&
+			     (s & KVP_ST_REFS_MASK) == holders;
+		}
+	return n;
 }
 
 KVP_API int kvp_block_ref(struct kvp_pool *pool, uint32_t id)
@@ -1261,7 +1434,7 @@ KVP_API void kvp_pool_stats(struct kvp_pool *pool, struct kvp_pool_stats *st)
 	memset(st, 0, sizeof(*st));
 	st->total = pool->num_blocks;
 	st->in_thread_caches = parked;
-	st->evictable = rs.evictable;
+	st->evictable = rs.evictable + (rc ? parked_idle(pool) : 0);
 	st->cache_evictions = rs.evictions;
 	st->free = on_stack + parked + st->evictable;
 	if (st->free > st->total)

@@ -123,9 +123,24 @@ static inline void *pool_reclaimer_ctx(struct kvp_pool *pool)
 
 /*
  * kvp_pool_free for callers whose ids are distinct (a sequence's block
- * table): skips the check that an id repeated k times has k references.
+ * table, released last block first): skips the check that an id repeated
+ * k times has k references, and may park the references on the cached
+ * blocks at the end of ids (its chain's head) in the calling thread's
+ * cache (pool.c, "Parked references").
  */
 int pool_free_distinct(struct kvp_pool *pool, const uint32_t *ids,
 		       uint32_t n);
+
+/*
+ * Drops every thread's parked references on pool's blocks (a drain: the
+ * caches are frozen meanwhile).  Not inside an owner operation.  Returns
+ * how many.  Before whatever must see them dropped: a reset (else -EBUSY),
+ * a manager's destruction.
+ */
+uint64_t pool_unpark_all(struct kvp_pool *pool);
+
+/* Adds to counts[b] the parked references on block b (quiescent; for
+ * kvp_manager_check, which counts every holder of a block). */
+void pool_count_parked(struct kvp_pool *pool, uint32_t *counts);
 
 #endif /* KVP_POOL_H */

@@ -1006,6 +1006,9 @@ void prefix_cache_fini(struct prefix_cache *pc)
 
 	if (!t)
 		return;
+	/* Parked references are held ones: dropped first, so that the
+	 * blocks they hold go back to the pool now. */
+	(void)pool_unpark_all(pc->pool);
 	(void)prefix_clear(pc, true);
 	/* Wait for evictors still deleting our slots (see the top), then
 	 * for old tables' reclamation. */
@@ -1077,11 +1080,28 @@ static uint32_t lookup(const struct prefix_table *t,
  * *revived counts the blocks it took from zero.
  */
 static bool take_one(struct prefix_cache *pc, struct prefix_pool *pp,
-		     uint32_t b, const uint64_t w[4], uint32_t *revived)
+		     struct tcache *tc, uint32_t b, const uint64_t w[4],
+		     uint32_t *revived)
 {
 	struct kvp_pool *pool = pc->pool;
 	_Atomic uint32_t *st = &pool->state[b];
-	uint32_t s = atomic_load_explicit(st, memory_order_relaxed);
+	uint32_t s;
+
+	if (tc && tcache_parks(tc, b) && tcache_unpark(tc, b)) {
+		/* Our own parked reference, taken back with no atomic on the
+		 * state word (pool.c).  We held b all along, so it is the
+		 * block we cached, unless a forced clear uncached it since
+		 * (relaxed reads: our hold orders them). */
+		s = atomic_load_explicit(st, memory_order_relaxed);
+		if ((s & KVP_ST_CACHED) &&
+		    atomic_load_explicit(&pp->blk[b].owner,
+					 memory_order_relaxed) == pc &&
+		    hash_is(pp, b, w))
+			return true;
+		(void)kvp_pool_free(pool, &b, 1);
+		return false;
+	}
+	s = atomic_load_explicit(st, memory_order_relaxed);
 
 	do {
 		if (!(s & KVP_ST_CACHED) || (s & KVP_ST_EVICTING) ||
@@ -1110,6 +1130,9 @@ uint32_t prefix_take(struct prefix_cache *pc, const struct kvp_hash *hashes,
 {
 	struct kvp_pool *pool = pc->pool;
 	struct prefix_pool *pp = pool_prefix(pool);
+	/* The calling thread's cache, where its parked references are (if
+	 * it has one already: a hit creates none). */
+	struct tcache *tc = tcache_last_is(&pool->depot) ? tcache_last.tc : NULL;
 	const struct prefix_table *t;
 	uint64_t key[KVP_TAKE_CHUNK], at[KVP_TAKE_CHUNK];
 	uint32_t cand[KVP_TAKE_CHUNK];
@@ -1148,7 +1171,8 @@ uint32_t prefix_take(struct prefix_cache *pc, const struct kvp_hash *hashes,
 
 			hash_words(&hashes[i + j], w);
 			b = lookup(t, pp, key[j], w, cand[j], at[j]);
-			if (b == KVP_NIL || !take_one(pc, pp, b, w, &revived))
+			if (b == KVP_NIL ||
+			    !take_one(pc, pp, tc, b, w, &revived))
 				break;
 			blocks[i + j] = b;
 		}

@@ -106,7 +106,8 @@ static bool depot_is_live(const struct tcache_depot *d, uint64_t uid)
 }
 
 int tcache_depot_init(struct tcache_depot *d, uint32_t cap,
-		      struct kvp_stack *stack, _Atomic uint32_t *next)
+		      struct kvp_stack *stack, _Atomic uint32_t *next,
+		      tcache_unpark_fn unpark)
 {
 	kvp_check_pthread(pthread_once(&setup_once, setup));
 	memset(d, 0, sizeof(*d));
@@ -116,6 +117,7 @@ int tcache_depot_init(struct tcache_depot *d, uint32_t cap,
 	d->cap = cap;
 	d->stack = stack;
 	d->next = next;
+	d->unpark = unpark;
 	atomic_init(&d->tcaches, NULL);
 	kvp_check_pthread(pthread_mutex_lock(&tcache_global_lock));
 	d->live_next = live_depots;
@@ -178,10 +180,30 @@ void tcache_flush_half(struct tcache *tc)
 	tcache_set_count(tc, c - h);
 }
 
-/* Owner: returns every parked block to the global stack. */
+/* Owner or a drainer that froze tc: moves tc's parked references into
+ * ids (room for KVP_PARK_SLOTS); returns how many. */
+static uint32_t take_parked(struct tcache *tc, uint32_t *ids, uint32_t cap)
+{
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; i < KVP_PARK_SLOTS && n < cap; i++) {
+		uint32_t v = atomic_load_explicit(&tc->park[i],
+						  memory_order_relaxed);
+
+		if (v) {
+			ids[n++] = v - 1;
+			atomic_store_explicit(&tc->park[i], 0,
+					      memory_order_relaxed);
+		}
+	}
+	return n;
+}
+
+/* Owner: returns every free block to the global stack and drops every
+ * parked reference (the pool's unpark hook, outside the operation). */
 static void tcache_flush_all(struct tcache *tc)
 {
-	uint32_t c;
+	uint32_t parked[KVP_PARK_SLOTS], c, np;
 
 	tcache_enter_wait(tc);
 	c = tcache_count(tc);
@@ -189,7 +211,10 @@ static void tcache_flush_all(struct tcache *tc)
 		stack_push_ids(tc->depot->stack, tc->depot->next, tc->slots, c);
 		tcache_set_count(tc, 0);
 	}
+	np = take_parked(tc, parked, KVP_PARK_SLOTS);
 	tcache_exit(tc);
+	if (np)
+		tc->depot->unpark(tc->depot, parked, np);
 }
 
 /* tcache_global_lock held: drops records of depots that no longer exist. */
@@ -330,27 +355,46 @@ static void drainer_fence(void)
 		kvp_fatal("membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) failed");
 }
 
-uint32_t tcache_drain_alloc(struct tcache_depot *d, uint32_t min, uint32_t max,
-			    uint32_t *ids, uint64_t *free_then)
+/*
+ * Locks d's drains and freezes every cache of d (see the argument at the
+ * top); returns the first cache.  Caches attach only under drain_lock, so
+ * the list is complete until unfreeze().
+ */
+static struct tcache *freeze(struct tcache_depot *d)
 {
 	struct tcache *head, *tc;
-	uint32_t first, k;
 
 	kvp_check_pthread(pthread_mutex_lock(&d->drain_lock));
-	/* Acquire: pairs with attach()'s release; no cache can be attached
-	 * while we hold drain_lock, so this list is complete. */
+	/* Acquire: pairs with attach()'s release. */
 	head = atomic_load_explicit(&d->tcaches, memory_order_acquire);
 	for (tc = head; tc; tc = tc->next)
 		/* Relaxed: ordered before the loads of busy by the fence. */
 		atomic_store_explicit(&tc->drain, 1, memory_order_relaxed);
 	drainer_fence();
-	for (tc = head; tc; tc = tc->next) {
-		uint32_t c;
-
+	for (tc = head; tc; tc = tc->next)
 		/* Acquire: pairs with tcache_exit()'s release. */
 		while (atomic_load_explicit(&tc->busy, memory_order_acquire))
 			sched_yield();
-		c = tcache_count(tc);
+	return head;
+}
+
+static void unfreeze(struct tcache_depot *d, struct tcache *head)
+{
+	for (struct tcache *tc = head; tc; tc = tc->next)
+		/* Release: publishes what the drainer changed to the owner. */
+		atomic_store_explicit(&tc->drain, 0, memory_order_release);
+	kvp_check_pthread(pthread_mutex_unlock(&d->drain_lock));
+}
+
+uint32_t tcache_drain_alloc(struct tcache_depot *d, uint32_t min, uint32_t max,
+			    uint32_t *ids, uint64_t *free_then)
+{
+	struct tcache *head = freeze(d), *tc;
+	uint32_t first, k;
+
+	for (tc = head; tc; tc = tc->next) {
+		uint32_t c = tcache_count(tc);
+
 		if (c) {
 			stack_push_ids(d->stack, d->next, tc->slots, c);
 			tcache_set_count(tc, 0);
@@ -362,11 +406,20 @@ uint32_t tcache_drain_alloc(struct tcache_depot *d, uint32_t min, uint32_t max,
 	k = stack_pop_chain(d->stack, d->next, min, max, &first);
 	if (k)
 		stack_chain_copy(d->next, first, k, ids);
-	for (tc = head; tc; tc = tc->next)
-		/* Release: publishes the emptied count to the owner. */
-		atomic_store_explicit(&tc->drain, 0, memory_order_release);
-	kvp_check_pthread(pthread_mutex_unlock(&d->drain_lock));
+	unfreeze(d, head);
 	return k;
+}
+
+uint32_t tcache_take_parked(struct tcache_depot *d, uint32_t *ids,
+			    uint32_t cap)
+{
+	struct tcache *head = freeze(d);
+	uint32_t n = 0;
+
+	for (struct tcache *tc = head; tc && n < cap; tc = tc->next)
+		n += take_parked(tc, ids + n, cap - n);
+	unfreeze(d, head);
+	return n;
 }
 
 void tcache_sum(struct tcache_depot *d, uint64_t *parked, uint64_t *allocs,

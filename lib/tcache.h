@@ -28,6 +28,24 @@
 #include "stack.h"
 
 struct tcache;
+struct tcache_depot;
+
+/*
+ * Parked references (DESIGN.md section 2.1): a thread may keep the
+ * reference it releases on a hot cached block, so that its next hit on
+ * that block takes it back with no atomic on the block's state word.  A
+ * cache parks at most KVP_PARK_SLOTS, direct-mapped: block b in slot
+ * b & (KVP_PARK_SLOTS - 1).  The pool decides what to park (pool.c); this
+ * file keeps them, under the same owner / drainer protocol as the free
+ * slots, and hands them back to the pool's unpark hook at thread exit and
+ * kvp_thread_flush.
+ */
+#define KVP_PARK_SLOTS 256u
+
+/* Drops the parked references ids[0..n) (the pool's, pool.c): not inside
+ * an owner operation, nor with the caches frozen. */
+typedef void (*tcache_unpark_fn)(struct tcache_depot *d, const uint32_t *ids,
+				 uint32_t n);
 
 /*
  * The caches of one pool, and what they need of it: the free stack they
@@ -39,6 +57,7 @@ struct tcache_depot {
 	uint32_t cap;		      /* per-thread capacity, 0 = no caches */
 	struct kvp_stack *stack;      /* the pool's global free stack */
 	_Atomic uint32_t *next;	      /* its links */
+	tcache_unpark_fn unpark;      /* the pool's, for parked references */
 	/*
 	 * Serialises cache drains and the attaching of thread caches, so a
 	 * drain sees every cache of the depot.  Lock order:
@@ -78,6 +97,15 @@ struct tcache {
 	_Atomic(void *) owner;
 	/* Next cache of the pool.  Immutable after publication. */
 	struct tcache *next;
+	/* Parked references: park[i] is b + 1 for a cached block b this
+	 * thread holds one parked reference on (i = b's slot), or 0.
+	 * Synchronization: as slots (owner inside an operation, or a drainer
+	 * that froze the cache); stats and checks read them relaxed.
+	 * park_call[i]: the owner's park_calls when it parked slot i (owner
+	 * only: a free does not displace what it parked itself). */
+	kvp_cacheline_aligned _Atomic uint32_t park[KVP_PARK_SLOTS];
+	uint32_t park_call[KVP_PARK_SLOTS];
+	uint32_t park_calls;
 	/* Free block ids, slots[0..count); slots[count - 1] is the hottest. */
 	uint32_t slots[];
 };
@@ -193,13 +221,56 @@ void tcache_sum(struct tcache_depot *d, uint64_t *parked, uint64_t *allocs,
 		uint64_t *frees, uint32_t *threads);
 
 /*
+ * Takes up to cap parked references out of every cache of d (freezing
+ * them as a drain does) into ids; returns how many (0: none left).  The
+ * caller drops them (it must not be inside an owner operation).
+ */
+uint32_t tcache_take_parked(struct tcache_depot *d, uint32_t *ids,
+			    uint32_t cap);
+
+/* Parked reference slot of block b. */
+static inline uint32_t tcache_park_slot(uint32_t b)
+{
+	return b & (KVP_PARK_SLOTS - 1);
+}
+
+/* Whether tc parks a reference on b (owner; a hint until entered). */
+static inline bool tcache_parks(struct tcache *tc, uint32_t b)
+{
+	/* Relaxed: the owner's own writes, or a drainer's (then the entry
+	 * below sees the drain and backs off). */
+	return atomic_load_explicit(&tc->park[tcache_park_slot(b)],
+				    memory_order_relaxed) == b + 1;
+}
+
+/*
+ * Owner, not inside an operation: takes the parked reference on b back,
+ * as the caller's own.  False (nothing changed) if b is not parked here,
+ * or a drain is in progress (which hands it back to the pool).
+ */
+static inline bool tcache_unpark(struct tcache *tc, uint32_t b)
+{
+	bool got;
+
+	if (!tcache_enter(tc))
+		return false;
+	got = tcache_parks(tc, b);
+	if (got)
+		atomic_store_explicit(&tc->park[tcache_park_slot(b)], 0,
+				      memory_order_relaxed);
+	tcache_exit(tc);
+	return got;
+}
+
+/*
  * Sets up the caches of a new pool (capacity cap, 0 = none) over its free
- * stack and registers them as live: threads may then attach.  Does the
- * process-wide setup (membarrier, the thread-exit hook) on first use.
- * Returns 0 or -ENOMEM.
+ * stack and registers them as live: threads may then attach.  unpark
+ * drops parked references.  Does the process-wide setup (membarrier, the
+ * thread-exit hook) on first use.  Returns 0 or -ENOMEM.
  */
 int tcache_depot_init(struct tcache_depot *d, uint32_t cap,
-		      struct kvp_stack *stack, _Atomic uint32_t *next);
+		      struct kvp_stack *stack, _Atomic uint32_t *next,
+		      tcache_unpark_fn unpark);
 /* Unregisters d and frees its caches; nobody uses it any more. */
 void tcache_depot_fini(struct tcache_depot *d);
 

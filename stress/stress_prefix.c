@@ -535,7 +535,10 @@ static void *resetter_main(void *arg)
 	uint64_t seed = (uint64_t)(uintptr_t)arg;
 
 	while (!atomic_load_explicit(&stop, memory_order_relaxed)) {
-		struct timespec ts = {0, 100000 + (long)(rnd(&seed) % 400000)};
+		/* --full: rarer, or a reset, which frees every idle cached
+		 * block as a never-cached one, would leave little to evict. */
+		long ns = 100000 + (long)(rnd(&seed) % 400000);
+		struct timespec ts = {0, full_mode ? 50 * ns : ns};
 		int mi = nmgr == 2 && rnd(&seed) % 4 ? 1 : 0;
 		int err;
 
