@@ -2316,6 +2316,172 @@ END_TEST
 
 /* ------------------------------------------------------------ suite */
 
+/* ------------------------------------------------------------ parked */
+
+/*
+ * Parked references (pools of 1,024 blocks or more): a sequence's free
+ * keeps, in the thread's cache, its references on the cached blocks at
+ * the head of its chain; the thread's next hit on them takes them back.
+ */
+#define PARK_POOL 2048u
+
+/* Blocks of chain c (committed by sequence id), in chain order. */
+static void chain_blocks(struct kvp_manager *m, uint64_t id, uint32_t n,
+			 uint32_t *out)
+{
+	for (uint32_t i = 0; i < n; i++)
+		out[i] = blk(m, id, i);
+}
+
+START_TEST(test_parked_refs)
+{
+	struct kvp_pool *p = mkpool(PARK_POOL, 0, 0, NULL);
+	struct kvp_manager *m = mkpmgr(p);
+	struct chain a = mkchain(70, 8 * BT);
+	uint32_t b[8], b2[8], parked = 0;
+	struct kvp_pool_stats st;
+
+	ccreate_ok(m, 1, &a, a.nh, a.ntok);
+	commit_eq(m, 1, a.h, a.nh, 8);
+	chain_blocks(m, 1, 8, b);
+	free_ok(m, 1);
+	/* The parked blocks are a head of the chain (refcount 1: the
+	 * thread's parked reference), the rest idle (0). */
+	for (uint32_t i = 0; i < 8; i++) {
+		int r = kvp_block_refcount(p, b[i]);
+
+		ck_assert_msg(r == 0 || r == 1, "block %u refcount %d", i, r);
+		if (r)
+			ck_assert_msg(i == parked++,
+				      "block %u parked, block %u not", i,
+				      parked - 1);
+	}
+	ck_assert_uint_ge(parked, 1);
+	/* Counted as evictable; the checks count them as holders. */
+	st = pstats(p);
+	ck_assert_uint_eq(st.free, st.total);
+	ck_assert_uint_eq(st.evictable, 8);
+	mcheck_ok(m);
+	ck_assert_int_eq(kvp_pool_check(p), 0);
+	/* A hit takes the parked references back: no count moves. */
+	ck_assert_uint_eq(ccreate_ok(m, 2, &a, a.nh, a.ntok), 7 * BT);
+	chain_blocks(m, 2, 8, b2);
+	ck_assert_int_eq(memcmp(b, b2, 7 * sizeof(*b)), 0);
+	for (uint32_t i = 0; i < 7; i++)
+		expect_refs(p, b[i], 1);
+	mcheck_ok(m);
+	free_ok(m, 2);
+	mcheck_ok(m);
+	finish(p, m);
+}
+END_TEST
+
+/* A reset is not refused for parked references: they are dropped. */
+START_TEST(test_parked_reset)
+{
+	struct kvp_pool *p = mkpool(PARK_POOL, 0, 0, NULL);
+	struct kvp_manager *m = mkpmgr(p);
+	struct chain a = mkchain(71, 6 * BT);
+	struct kvp_stats ms;
+
+	ccreate_ok(m, 1, &a, a.nh, a.ntok);
+	commit_eq(m, 1, a.h, a.nh, 6);
+	free_ok(m, 1);
+	ck_assert_int_eq(kvp_prefix_reset(m), 0);
+	kvp_manager_stats(m, &ms);
+	ck_assert_uint_eq(ms.prefix_cached_blocks, 0);
+	expect_pool(p, PARK_POOL, 0);
+	ck_assert_uint_eq(probe(m, &a, a.ntok), 0);
+	finish(p, m);
+}
+END_TEST
+
+/* No false -ENOSPC: the whole pool can be allocated while references
+ * are parked; the parked blocks are evicted like any idle ones. */
+START_TEST(test_parked_whole_pool)
+{
+	struct kvp_pool *p = mkpool(PARK_POOL, 0, 0, NULL);
+	struct kvp_manager *m = mkpmgr(p);
+	struct chain a = mkchain(72, 8 * BT);
+	uint32_t *ids = calloc(PARK_POOL, sizeof(*ids));
+	struct kvp_hash gone[16];
+	struct kvp_stats ms;
+
+	ck_assert_ptr_nonnull(ids);
+	listen(m, NULL);
+	ccreate_ok(m, 1, &a, a.nh, a.ntok);
+	commit_eq(m, 1, a.h, a.nh, 8);
+	free_ok(m, 1);
+	evlog_reset();
+	ck_assert_int_eq(kvp_pool_alloc(p, PARK_POOL, ids), 0);
+	ck_assert_uint_eq(removed_since(0, gone, 16), 8);
+	kvp_manager_stats(m, &ms);
+	ck_assert_uint_eq(ms.prefix_cached_blocks, 0);
+	ck_assert_int_eq(kvp_pool_alloc(p, 1, ids), -ENOSPC);
+	ck_assert_int_eq(kvp_pool_free(p, ids, PARK_POOL), 0);
+	free(ids);
+	finish(p, m);
+}
+END_TEST
+
+/* A thread that exits drops its parked references. */
+struct park_thread {
+	struct kvp_pool *p;
+	struct kvp_manager *m;
+	const struct chain *c;
+	uint32_t b[8];
+	struct errbuf err;
+};
+
+static void *park_thread_main(void *arg)
+{
+	struct park_thread *pt = arg;
+	uint32_t cached;
+	int rc;
+
+	rc = kvp_seq_create_cached(pt->m, 5, pt->c->h, pt->c->nh,
+				   pt->c->ntok, &cached);
+	if (rc == 0)
+		rc = kvp_seq_commit(pt->m, 5, pt->c->h, pt->c->nh) == 8 ? 0
+									  : -1;
+	for (uint32_t i = 0; rc == 0 && i < 8; i++) {
+		uint32_t ids[8], n = 0;
+
+		rc = kvp_seq_blocks(pt->m, 5, ids, 8, &n);
+		pt->b[i] = ids[i];
+	}
+	if (rc == 0)
+		rc = kvp_seq_free(pt->m, 5);
+	if (rc == 0 && kvp_block_refcount(pt->p, pt->b[7]) != 1)
+		wfail(&pt->err, "the chain's head is not parked");
+	if (rc)
+		wfail(&pt->err, "parker thread: %d", rc);
+	return NULL;
+}
+
+START_TEST(test_parked_thread_exit)
+{
+	struct kvp_pool *p = mkpool(PARK_POOL, 0, 0, NULL);
+	struct kvp_manager *m = mkpmgr(p);
+	struct chain a = mkchain(73, 8 * BT);
+	struct park_thread pt;
+	pthread_t t;
+
+	memset(&pt, 0, sizeof(pt));
+	pt.p = p;
+	pt.m = m;
+	pt.c = &a;
+	ck_assert_int_eq(pthread_create(&t, NULL, park_thread_main, &pt), 0);
+	pthread_join(t, NULL);
+	ck_assert_msg(pt.err.msg[0] == 0, "%s", pt.err.msg);
+	for (uint32_t i = 0; i < 8; i++)
+		expect_refs(p, pt.b[i], 0);
+	expect_pool(p, PARK_POOL, 8);
+	ck_assert_uint_eq(probe(m, &a, a.ntok), 7 * BT);
+	finish(p, m);
+}
+END_TEST
+
 static Suite *prefix_suite(void)
 {
 	Suite *s = suite_create("prefix");
@@ -2384,6 +2550,13 @@ static Suite *prefix_suite(void)
 	tcase_add_test(tc, test_stats_allocs_frees);
 	tcase_add_test(tc, test_destroy_returns_blocks);
 	tcase_add_test(tc, test_destroy_last_ref);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("parked");
+	tcase_add_test(tc, test_parked_refs);
+	tcase_add_test(tc, test_parked_reset);
+	tcase_add_test(tc, test_parked_whole_pool);
+	tcase_add_test(tc, test_parked_thread_exit);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("table");
