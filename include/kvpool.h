@@ -178,7 +178,8 @@ struct kvp_pool_stats {
 	uint64_t frees;		   /* blocks returned (refcount reached 0) */
 	uint32_t cache_blocks;	   /* per-thread cache capacity in effect */
 	uint32_t threads;	   /* thread caches attached to the pool */
-	/* Cached blocks nobody references (prefix caching): counted in
+	/* Cached blocks nobody references (prefix caching), or only
+	 * references threads parked (see kvp_thread_flush): counted in
 	 * `free`, as allocation reclaims them, and shown apart here. */
 	uint64_t evictable;
 	uint64_t cache_evictions;  /* cached blocks reclaimed by allocations */
@@ -207,8 +208,13 @@ KVP_API int kvp_pool_check(struct kvp_pool *pool);
 
 /*
  * Returns every block parked in the calling thread's caches (of every
- * pool) to the pools' global stacks.  Threads call it before sleeping for
- * a long time; thread exit does it automatically.
+ * pool) to the pools' global stacks, and drops the references it parked
+ * on cached blocks (a sequence's free parks those on the head of its
+ * chain in pools of 1,024 blocks or more, so that the thread's next hit
+ * on them needs no atomic operation; allocations short of blocks, resets
+ * and manager destruction drop every thread's parked references
+ * themselves).  Threads call it before sleeping for a long time; thread
+ * exit does it automatically.
  */
 KVP_API void kvp_thread_flush(void);
 
@@ -572,11 +578,15 @@ KVP_API int kvp_hash_set_xxh3_seed(uint64_t seed);
  * cached and reusable ("evictable"); the pool counts it as free.  When an
  * allocation finds no never-cached free block on the global free list or
  * in the calling thread's cache, it evicts the least recently freed
- * evictable block (of any manager of the pool), which removes its hash
- * from its manager.  A sequence's blocks are released last block first,
- * so a chain's end is evicted before its head.  Never-cached blocks parked
- * in other threads' caches (at most cache_blocks per thread) are taken
- * only when nothing is evictable.
+ * evictable blocks (of any manager of the pool), which removes their
+ * hashes from their managers.  A sequence's blocks are released last block
+ * first, so a chain's end is evicted before its head.  Never-cached blocks
+ * parked in other threads' caches (at most cache_blocks per thread) are
+ * taken only when nothing is evictable.  In pools of 1,024 blocks or more
+ * the order is approximate: a small allocation that must evict may evict
+ * up to half a thread cache ahead into the thread's cache, and references
+ * a free parked on the head of its chain (kvp_thread_flush) keep those
+ * blocks out of the evictable order until they are dropped.
  *
  * Hits are lock-free (a probe of the manager's hash table inside an RCU
  * read-side section and one atomic transition per block); a revival
