@@ -1122,11 +1122,8 @@ KVP_API int kvp_seq_blocks(struct kvp_manager *m, uint64_t id, uint32_t *ids,
 
 static void pool_usage(struct kvp_pool *pool, uint64_t *used, uint64_t *total)
 {
-	struct kvp_pool_stats st;
-
-	kvp_pool_stats(pool, &st);
-	*used = st.used;
-	*total = st.total;
+	*used = pool_used_estimate(pool);
+	*total = pool->num_blocks;
 }
 
 /*

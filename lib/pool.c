@@ -1256,6 +1256,8 @@ static uint32_t park_head(struct kvp_pool *pool, struct tcache *tc,
 			break; /* parked by this free: keep the head's */
 		if (v)
 			out[(*nout)++] = v - 1;
+		else
+			tcache_add_parked(tc, 1);
 		atomic_store_explicit(&tc->park[i], b + 1,
 				      memory_order_relaxed);
 		tc->park_call[i] = call;
@@ -1344,6 +1346,12 @@ static uint64_t parked_idle(struct kvp_pool *pool)
 
 			if (!v || v - 1 >= pool->num_blocks)
 				continue;
+			s = atomic_load_explicit(&pool->state[v - 1],
+						 memory_order_relaxed);
+			if (s == (KVP_ST_CACHED | 1)) {
+				n++; /* our parked reference alone */
+				continue;
+			}
 			for (struct tcache *o = head; o; o = o->next)
 				if (atomic_load_explicit(&o->park[i],
 							 memory_order_relaxed) ==
@@ -1351,8 +1359,6 @@ static uint64_t parked_idle(struct kvp_pool *pool)
 					first &= holders > 0 || o == tc;
 					holders++;
 				}
-			s = atomic_load_explicit(&pool->state[v - 1],
-						 memory_order_relaxed);
 			n += first && (s & KVP_ST_CACHED) &&
 			     (s & KVP_ST_REFS_MASK) == holders;
 		}
@@ -1419,7 +1425,7 @@ KVP_API void kvp_pool_stats(struct kvp_pool *pool, struct kvp_pool_stats *st)
 {
 	const struct pool_reclaimer *rc;
 	struct pool_reclaimer_stats rs = {0};
-	uint64_t parked, allocs, frees, on_stack;
+	uint64_t parked, allocs, frees, on_stack, nparked;
 	uint32_t threads;
 
 	if (!pool || !st)
@@ -1427,14 +1433,15 @@ KVP_API void kvp_pool_stats(struct kvp_pool *pool, struct kvp_pool_stats *st)
 	rc = reclaimer_of(pool);
 	if (rc)
 		rc->stats(pool->reclaimer_ctx, &rs);
-	tcache_sum(&pool->depot, &parked, &allocs, &frees, &threads);
+	tcache_sum(&pool->depot, &parked, &allocs, &frees, &nparked,
+		   &threads);
 	/* Relaxed: statistics. */
 	on_stack = atomic_load_explicit(&pool->stack.count,
 					memory_order_relaxed);
 	memset(st, 0, sizeof(*st));
 	st->total = pool->num_blocks;
 	st->in_thread_caches = parked;
-	st->evictable = rs.evictable + (rc ? parked_idle(pool) : 0);
+	st->evictable = rs.evictable + (nparked ? parked_idle(pool) : 0);
 	st->cache_evictions = rs.evictions;
 	st->free = on_stack + parked + st->evictable;
 	if (st->free > st->total)
@@ -1451,6 +1458,21 @@ KVP_API void kvp_pool_stats(struct kvp_pool *pool, struct kvp_pool_stats *st)
 					 memory_order_relaxed);
 	st->cache_blocks = pool->depot.cap;
 	st->threads = threads;
+}
+
+uint64_t pool_used_estimate(struct kvp_pool *pool)
+{
+	const struct pool_reclaimer *rc = reclaimer_of(pool);
+	uint64_t parked, allocs, frees, nparked, free;
+	uint32_t threads;
+
+	tcache_sum(&pool->depot, &parked, &allocs, &frees, &nparked,
+		   &threads);
+	/* Relaxed: an estimate. */
+	free = atomic_load_explicit(&pool->stack.count, memory_order_relaxed) +
+	       parked + nparked +
+	       (rc ? rc->evictable(pool->reclaimer_ctx) : 0);
+	return free < pool->num_blocks ? pool->num_blocks - free : 0;
 }
 
 /* kvp_pool_check: marks id as seen on a free list; false if it was. */

@@ -139,6 +139,14 @@ int pool_free_distinct(struct kvp_pool *pool, const uint32_t *ids,
  */
 uint64_t pool_unpark_all(struct kvp_pool *pool);
 
+/*
+ * Blocks in use, as kvp_pool_stats's `used` but cheaper, for admission
+ * and eviction decisions: every parked reference counts as an evictable
+ * block (kvp_pool_stats counts a block parked by several threads once,
+ * and one with other holders not at all).  Approximate while threads run.
+ */
+uint64_t pool_used_estimate(struct kvp_pool *pool);
+
 /* Adds to counts[b] the parked references on block b (quiescent; for
  * kvp_manager_check, which counts every holder of a block). */
 void pool_count_parked(struct kvp_pool *pool, uint32_t *counts);

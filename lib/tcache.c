@@ -196,6 +196,7 @@ static uint32_t take_parked(struct tcache *tc, uint32_t *ids, uint32_t cap)
 					      memory_order_relaxed);
 		}
 	}
+	tcache_add_parked(tc, -(int)n);
 	return n;
 }
 
@@ -423,11 +424,11 @@ uint32_t tcache_take_parked(struct tcache_depot *d, uint32_t *ids,
 }
 
 void tcache_sum(struct tcache_depot *d, uint64_t *parked, uint64_t *allocs,
-		uint64_t *frees, uint32_t *threads)
+		uint64_t *frees, uint64_t *nparked, uint32_t *threads)
 {
 	struct tcache *tc;
 
-	*parked = *allocs = *frees = 0;
+	*parked = *allocs = *frees = *nparked = 0;
 	*threads = 0;
 	/* Acquire: pairs with attach()'s release. */
 	tc = atomic_load_explicit(&d->tcaches, memory_order_acquire);
@@ -439,6 +440,8 @@ void tcache_sum(struct tcache_depot *d, uint64_t *parked, uint64_t *allocs,
 						memory_order_relaxed);
 		*frees += atomic_load_explicit(&tc->frees,
 					       memory_order_relaxed);
+		*nparked += atomic_load_explicit(&tc->nparked,
+						 memory_order_relaxed);
 		if (atomic_load_explicit(&tc->owner, memory_order_relaxed))
 			(*threads)++;
 	}

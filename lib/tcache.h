@@ -106,6 +106,9 @@ struct tcache {
 	kvp_cacheline_aligned _Atomic uint32_t park[KVP_PARK_SLOTS];
 	uint32_t park_call[KVP_PARK_SLOTS];
 	uint32_t park_calls;
+	/* Non-zero park[] entries.  Synchronization: as park[] (written
+	 * with a load and a store); estimates read it relaxed. */
+	_Atomic uint32_t nparked;
 	/* Free block ids, slots[0..count); slots[count - 1] is the hottest. */
 	uint32_t slots[];
 };
@@ -216,9 +219,10 @@ void tcache_flush_half(struct tcache *tc);
 uint32_t tcache_drain_alloc(struct tcache_depot *d, uint32_t min, uint32_t max,
 			    uint32_t *ids, uint64_t *free_then);
 
-/* Sums d's caches: parked blocks, allocs, frees, attached threads. */
+/* Sums d's caches: free blocks parked, allocs, frees, parked
+ * references, attached threads. */
 void tcache_sum(struct tcache_depot *d, uint64_t *parked, uint64_t *allocs,
-		uint64_t *frees, uint32_t *threads);
+		uint64_t *frees, uint64_t *nparked, uint32_t *threads);
 
 /*
  * Takes up to cap parked references out of every cache of d (freezing
@@ -232,6 +236,16 @@ uint32_t tcache_take_parked(struct tcache_depot *d, uint32_t *ids,
 static inline uint32_t tcache_park_slot(uint32_t b)
 {
 	return b & (KVP_PARK_SLOTS - 1);
+}
+
+/* Owner inside an operation, or a drainer: adds d to tc->nparked. */
+static inline void tcache_add_parked(struct tcache *tc, int d)
+{
+	atomic_store_explicit(
+		&tc->nparked,
+		atomic_load_explicit(&tc->nparked, memory_order_relaxed) +
+			(uint32_t)d,
+		memory_order_relaxed);
 }
 
 /* Whether tc parks a reference on b (owner; a hint until entered). */
@@ -255,9 +269,11 @@ static inline bool tcache_unpark(struct tcache *tc, uint32_t b)
 	if (!tcache_enter(tc))
 		return false;
 	got = tcache_parks(tc, b);
-	if (got)
+	if (got) {
 		atomic_store_explicit(&tc->park[tcache_park_slot(b)], 0,
 				      memory_order_relaxed);
+		tcache_add_parked(tc, -1);
+	}
 	tcache_exit(tc);
 	return got;
 }
