@@ -939,12 +939,8 @@ drop_sole(struct kvp_pool *pool, const uint32_t *ids, uint32_t n,
  * often in another core's cache, and a sequence's table covers a few
  * lines of them (a 4,096-token prompt's 256 blocks: 16 lines when they
  * were allocated together), whose transfers then overlap instead of
- * following one another.  bench_prefix's 2-thread hot prefix (two threads
- * freeing the same 255 cached blocks), 2-thread / 1-thread throughput,
- * medians of 6 to 8 alternating runs in one session: 1.46x with read
- * prefetches 4 ids ahead (the builtin's "write" prefetch is a read one on
- * x86-64), 1.57x with PREFETCHW, 1.59x with the first 256 at once as
- * well (single runs on the shared test machine vary by +-0.15).
+ * following one another (the builtin's "write" prefetch is a read one on
+ * x86-64; the ChangeLog of 2026-11-22 has the measurements).
  */
 static inline __attribute__((always_inline)) int
 drop_distinct(struct kvp_pool *pool, const uint32_t *ids, uint32_t n,
