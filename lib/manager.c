@@ -342,11 +342,8 @@ static uint64_t coarse_now_ns(void)
  * period is cheap on an idle CPU but not when every CPU runs a thread of
  * ours: liburcu's call_rcu thread then preempts one of them, often inside
  * a read-side section, and loops on membarrier() (an IPI to every CPU of
- * the process) until that thread runs again.  With one batch per 64
- * frees, bench_prefix's 2-thread loop of create_cached + free on 2 CPUs
- * made 8,000 to 10,000 membarrier calls a second, and the call_rcu
- * thread took about 15% of a CPU; rationed, about 2,000 calls.
- * The price is memory: structs wait up to 50 ms (or until KVP_RETIRE_MAX
+ * the process) until that thread runs again (the ChangeLog of 2026-11-22
+ * has the membarrier counts).  The price is memory: structs wait up to 50 ms (or until KVP_RETIRE_MAX
  * wait) instead of one grace period, and a free that is not followed by
  * others leaves its batch waiting until the next ones or the destroy.
  */
