@@ -144,6 +144,31 @@ else
 	echo "skip: the plot (gnuplot is not installed; optional)"
 fi
 
+# ---- the comparing sweep: a table row and a CSV row per capacity; with
+# one thread and an unlimited pool both peers do identical work, so the
+# same hit rate
+"$kv" sim --trace "$small" --sweep-capacity --compare mutex --threads 1 \
+	--capacities 400,0 --reps 2 --csv "$tmp/cmp.csv" \
+	>"$tmp/cmp.txt" 2>"$tmp/stderr" &&
+	"$py" -c 'import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+assert len(rows) == 2, rows
+assert rows[0]["blocks"] == "400" and rows[0]["unlimited"] == "0", rows
+assert rows[1]["unlimited"] == "1", rows
+assert rows[1]["kvpool_hit_rate"] == rows[1]["mutex_hit_rate"], rows
+for r in rows:
+    assert float(r["ratio"]) > 0 and float(r["kvpool_s"]) >= 0, r
+table = open(sys.argv[2]).read().split("\n")
+assert table[0].split()[:4] == ["capacity", "kvpool_s", "mutex_s", "ratio"], table
+assert table[1].split()[0] == "400" and table[2].split()[0] == "unlimited", table' \
+		"$tmp/cmp.csv" "$tmp/cmp.txt" &&
+	ok "sweep --compare mutex: table and CSV" ||
+	bad "sweep --compare mutex: $(cat "$tmp/cmp.txt" "$tmp/cmp.csv" "$tmp/stderr")"
+"$kv" sim --trace "$small" --csv "$tmp/x.csv" >/dev/null 2>"$tmp/stderr"
+[ $? -eq 2 ] && [ "$(wc -l <"$tmp/stderr")" -le 2 ] &&
+	ok "--csv without the comparing sweep: usage error" ||
+	bad "--csv without the sweep: $(cat "$tmp/stderr")"
+
 # ---- the mutex comparison does identical work
 "$kv" sim --trace "$small" --blocks 0 --compare mutex --json >"$tmp/cmp.json" &&
 	"$py" -c 'import json, sys

@@ -118,6 +118,7 @@ struct sim_opts {
 	bool sweep;
 	const char *capacities;
 	const char *plot;
+	const char *csv; /* --csv FILE ("-": stdout), the comparing sweep */
 	bool compare;
 	unsigned reps;
 	const char *dump;
@@ -1226,6 +1227,21 @@ static void json_report(const struct sim_opts *o, const struct workload *w,
 	printf("}\n");
 }
 
+/* The median-time result of reps replays. */
+static const struct sim_result *median_of(struct sim_result *v, unsigned n)
+{
+	/* Insertion sort by time: n is small. */
+	for (unsigned i = 1; i < n; i++)
+		for (unsigned j = i; j > 0 && v[j].seconds < v[j - 1].seconds;
+		     j--) {
+			struct sim_result tmp = v[j];
+
+			v[j] = v[j - 1];
+			v[j - 1] = tmp;
+		}
+	return &v[n / 2];
+}
+
 /* --------------------------------------------------------------- sweep */
 
 static int parse_capacities(const char *s, uint32_t *out, unsigned *n)
@@ -1241,8 +1257,9 @@ static int parse_capacities(const char *s, uint32_t *out, unsigned *n)
 			free(copy);
 			return -1;
 		}
+		/* 0: unlimited (the sweep puts the workload's size). */
 		out[(*n)++] = (uint32_t)bench_parse_ulong(
-			"--capacities", tok, 1, KVP_MAX_BLOCKS - 1);
+			"--capacities", tok, 0, KVP_MAX_BLOCKS - 1);
 	}
 	free(copy);
 	return *n ? 0 : -1;
@@ -1276,6 +1293,124 @@ static unsigned default_capacities(const struct workload *w, uint64_t unlimited,
 	return n;
 }
 
+/* A capacity as printed: "unlimited" for the workload's whole size. */
+static void cap_name(char *buf, size_t len, uint32_t cap, uint64_t unlimited)
+{
+	if (cap >= unlimited)
+		snprintf(buf, len, "unlimited");
+	else
+		snprintf(buf, len, "%u", cap);
+}
+
+/*
+ * --sweep-capacity --compare mutex: at each capacity, both peers, --reps
+ * replays each (interleaved, order alternated), their median times, the
+ * throughput ratio and both hit rates: a table on stdout, CSV to --csv
+ * FILE, and the ratio against capacity to --plot FILE.png.  Returns the
+ * exit status.
+ */
+static int sweep_compare(const struct sim_opts *o, const struct workload *w,
+			 uint64_t unlimited, const uint32_t *caps,
+			 unsigned ncap)
+{
+	struct sim_result *kv = bench_xcalloc(o->reps, sizeof(*kv)),
+			  *mx = bench_xcalloc(o->reps, sizeof(*mx));
+	double *x = bench_xcalloc(ncap, sizeof(*x)),
+	       *y = bench_xcalloc(ncap, sizeof(*y));
+	/* Per capacity: the medians' times and hit rates, for the CSV. */
+	double(*row)[4] = bench_xcalloc(ncap, sizeof(*row));
+	FILE *csv = NULL;
+	int rc = 0;
+
+	if (o->csv) {
+		csv = strcmp(o->csv, "-") ? fopen(o->csv, "w") : stdout;
+		if (!csv) {
+			fprintf(stderr, "kvpool sim: --csv %s: %s\n", o->csv,
+				strerror(errno));
+			free(kv);
+			free(mx);
+			free(x);
+			free(y);
+			free(row);
+			return 1;
+		}
+	}
+	fprintf(stderr,
+		"kvpool sim: %u capacities x 2 peers x %u reps on %s, %u "
+		"threads, policy %s (unlimited: %llu blocks)\n",
+		ncap, o->reps, w->name, o->threads, policy_name[o->policy],
+		(unsigned long long)unlimited);
+	printf("%-10s %10s %10s %8s %10s %10s %10s\n", "capacity",
+	       "kvpool_s", "mutex_s", "ratio", "kv_hits", "mx_hits",
+	       "hits_diff");
+	for (unsigned c = 0; c < ncap; c++) {
+		uint32_t blocks = caps[c] ? caps[c] : (uint32_t)unlimited;
+		const struct sim_result *k, *m;
+		char name[24];
+		double ratio, dh;
+
+		for (unsigned i = 0; i < o->reps; i++) {
+			if (i % 2)
+				replay(o, w, PEER_MUTEX, blocks, o->policy,
+				       &mx[i]);
+			replay(o, w, PEER_KVPOOL, blocks, o->policy, &kv[i]);
+			if (i % 2 == 0)
+				replay(o, w, PEER_MUTEX, blocks, o->policy,
+				       &mx[i]);
+		}
+		k = median_of(kv, o->reps);
+		m = median_of(mx, o->reps);
+		ratio = m->seconds / k->seconds;
+		dh = k->st.prefix_hit_rate - m->st.prefix_hit_rate;
+		cap_name(name, sizeof(name), blocks, unlimited);
+		printf("%-10s %10.3f %10.3f %7.2fx %10.4f %10.4f %+10.4f\n",
+		       name, k->seconds, m->seconds, ratio,
+		       k->st.prefix_hit_rate, m->st.prefix_hit_rate, dh);
+		row[c][0] = k->seconds;
+		row[c][1] = m->seconds;
+		row[c][2] = k->st.prefix_hit_rate;
+		row[c][3] = m->st.prefix_hit_rate;
+		x[c] = blocks;
+		y[c] = ratio;
+		fflush(stdout);
+	}
+	if (csv) {
+		/* After the table, so that "-" keeps the two apart. */
+		if (csv == stdout)
+			printf("\n");
+		fprintf(csv, "blocks,unlimited,threads,policy,reps,kvpool_s,"
+			     "mutex_s,ratio,kvpool_hit_rate,mutex_hit_rate,"
+			     "hit_rate_diff\n");
+		for (unsigned c = 0; c < ncap; c++)
+			fprintf(csv, "%.0f,%d,%u,%s,%u,%.4f,%.4f,%.4f,%.6f,"
+				     "%.6f,%.6f\n",
+				x[c], x[c] >= (double)unlimited, o->threads,
+				policy_name[o->policy], o->reps, row[c][0],
+				row[c][1], y[c], row[c][2], row[c][3],
+				row[c][2] - row[c][3]);
+	}
+	if (csv && csv != stdout && fclose(csv) != 0) {
+		fprintf(stderr, "kvpool sim: --csv %s: %s\n", o->csv,
+			strerror(errno));
+		rc = 1;
+	}
+	if (o->plot) {
+		struct plot_series sr = {"kvpool / mutex", x, y, ncap};
+
+		if (plot_png("kvpool sim", o->plot,
+			     "kvpool / mutex throughput against pool capacity",
+			     "pool blocks", "throughput ratio", PLOT_LOGX, &sr,
+			     1) != 0)
+			rc = 1;
+	}
+	free(kv);
+	free(mx);
+	free(x);
+	free(y);
+	free(row);
+	return rc;
+}
+
 /* --sweep-capacity: every policy at every capacity, CSV on stdout and
  * the optional plot.  Returns the exit status. */
 static int sweep(const struct sim_opts *o, const struct workload *w,
@@ -1298,6 +1433,11 @@ static int sweep(const struct sim_opts *o, const struct workload *w,
 	} else {
 		ncap = default_capacities(w, unlimited, caps);
 	}
+	if (o->compare)
+		return sweep_compare(o, w, unlimited, caps, ncap);
+	for (unsigned c = 0; c < ncap; c++)
+		if (caps[c] == 0)
+			caps[c] = (uint32_t)unlimited;
 	res = bench_xcalloc((size_t)npol * ncap, sizeof(*res));
 	x = bench_xcalloc((size_t)npol * ncap, sizeof(*x));
 	y = bench_xcalloc((size_t)npol * ncap, sizeof(*y));
@@ -1391,9 +1531,17 @@ static void usage(FILE *f)
 		"  --reps R            replays per peer; the median time is "
 		"reported (default 1)\n"
 		"  --sweep-capacity    hit rate against capacity for every "
-		"policy, as CSV\n"
+		"policy, as CSV;\n"
+		"                      with --compare mutex: both peers at "
+		"each capacity\n"
+		"                      (--policy, --reps), time, ratio and hit "
+		"rates as a table\n"
 		"  --capacities LIST   the capacities to sweep (blocks, "
-		"comma-separated)\n"
+		"comma-separated;\n"
+		"                      0 = unlimited)\n"
+		"  --csv FILE          with --sweep-capacity --compare: the "
+		"table as CSV\n"
+		"                      ('-': stdout)\n"
 		"  --plot FILE.png     with --sweep-capacity: a line plot "
 		"(needs gnuplot)\n"
 		"  -h, --help          this text; kvpool(1) has the details\n",
@@ -1527,6 +1675,8 @@ static void parse_args(struct sim_opts *o, int argc, char **argv)
 			o->capacities = val;
 		} else if (!strcmp(name, "--plot")) {
 			o->plot = val;
+		} else if (!strcmp(name, "--csv")) {
+			o->csv = val;
 		} else if (!strcmp(name, "--compare")) {
 			if (strcmp(val, "mutex") != 0)
 				usage_error("--compare: the only peer is "
@@ -1545,12 +1695,15 @@ static void parse_args(struct sim_opts *o, int argc, char **argv)
 			usage_error("unknown option '%s'", name);
 		}
 	}
-	if ((o->capacities || o->plot) && !o->sweep)
-		usage_error("--capacities and --plot go with "
+	if ((o->capacities || o->plot || o->csv) && !o->sweep)
+		usage_error("--capacities, --plot and --csv go with "
 			    "--sweep-capacity");
-	if (o->sweep && (o->compare || o->json))
+	if (o->sweep && o->json)
 		usage_error("--sweep-capacity prints CSV: it does not take "
-			    "--compare or --json");
+			    "--json");
+	if (o->csv && !o->compare)
+		usage_error("--csv goes with --sweep-capacity --compare mutex "
+			    "(the plain sweep prints CSV on stdout)");
 	if ((o->trace && (o->seed != 1 || o->requests != WL_DEFAULT_REQUESTS)))
 		usage_error("--seed and --requests shape the synthetic "
 			    "workload, not a trace");
@@ -1559,20 +1712,6 @@ static void parse_args(struct sim_opts *o, int argc, char **argv)
 
 /* ------------------------------------------------------------------ main */
 
-/* The median-time result of reps replays. */
-static const struct sim_result *median_of(struct sim_result *v, unsigned n)
-{
-	/* Insertion sort by time: n is small. */
-	for (unsigned i = 1; i < n; i++)
-		for (unsigned j = i; j > 0 && v[j].seconds < v[j - 1].seconds;
-		     j--) {
-			struct sim_result tmp = v[j];
-
-			v[j] = v[j - 1];
-			v[j - 1] = tmp;
-		}
-	return &v[n / 2];
-}
 
 /* `kvpool sim`: see tools.h. */
 int sim_main(int argc, char **argv)
