@@ -1,0 +1,458 @@
+/*
+ * bench_evict.c - the evicting allocation: a pool full of idle cached
+ * blocks, where every allocation evicts (the steady state of a serving
+ * engine), against a fresh allocation from the free lists.
+ *
+ * WHAT IS MEASURED
+ *
+ * One op handles a request of --blocks-per-op blocks (default 64) of 16
+ * tokens:
+ *
+ *   fresh         kvp_seq_create of the request's tokens + kvp_seq_free, on
+ *                 a pool with no prefix cache: every block comes from the
+ *                 thread cache or the global stack and goes back there;
+ *   fresh+commit  kvp_seq_create_cached with hashes never seen (a miss) +
+ *                 kvp_seq_commit + kvp_seq_free on a pool large enough
+ *                 that nothing is evicted during the window: the same
+ *                 work as `evict` but allocating never-cached blocks;
+ *   evict         the same op on a pool FULL of idle cached blocks (filled
+ *                 before the window, so the pool's never-cached free blocks
+ *                 are none): every block the create takes is an eviction
+ *                 (its hash leaves the table), the commit registers the
+ *                 new hashes, the free makes them idle;
+ *   mutex         `evict` on the mutex-wrapped manager (bench/peer_mutex.c,
+ *                 the design kvpool replaces), filled the same way.
+ *
+ * Each thread hashes its own stream (a cheap mix of thread, op and block:
+ * no SHA-256 in the timed loop).  After each measurement of `evict` the
+ * pool's cache_evictions must have grown by the blocks allocated (the run
+ * dies otherwise), and kvp_manager_check must pass.  Each cell is
+ * measured --reps times, rep by rep, and the MEDIAN is reported with the
+ * share of the CPU other processes took ("others").
+ *
+ * TARGETS (issue 14), printed as PASS/FAIL:
+ *   evict per-block cost <= 2 x fresh per-block cost (1 thread);
+ *   evict at 2 threads >= 1.6 x evict at 1 thread (throughput).
+ * Printed beside them: evict against fresh+commit (the cost of evicting
+ * alone), and kvpool against the mutex peer.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench_common.h"
+#include "kvpool.h"
+#include "peer_mutex.h"
+
+const char bench_prog[] = "bench_evict";
+
+enum workload { WL_FRESH, WL_FRESH_COMMIT, WL_EVICT, WL_MUTEX, NUM_WL };
+static const char *const wl_name[NUM_WL] = {"fresh", "fresh+commit",
+					    "evict", "mutex"};
+
+#define BLOCK_TOKENS 16u
+#define MAX_PER_OP 1024u
+
+struct opts {
+	struct bench_opts common;
+	uint32_t per_op;      /* blocks per op */
+	uint32_t pool_blocks; /* the full pool of `evict` and `mutex` */
+};
+
+struct run;
+
+struct worker {
+	struct run *r;
+	unsigned tid;
+	uint64_t ops;
+	pthread_t thread;
+} __attribute__((aligned(BENCH_CACHE_LINE)));
+
+struct run {
+	enum workload wl;
+	const struct opts *o;
+	unsigned nthreads;
+	uint32_t blocks; /* of this measurement's pool */
+	struct kvp_pool *pool;
+	struct kvp_manager *m;
+	struct mm_pool mp;
+	struct mm_mgr mm;
+	uint64_t evictions0;
+	struct worker *w;
+	struct bench_sync sync;
+};
+
+/* Block i of op `op` of stream s: a cheap, well-mixed 32-byte hash. */
+static void mkhash(struct kvp_hash *h, uint64_t s, uint64_t op, uint32_t i)
+{
+	uint64_t w[4] = {s * 0x9e3779b97f4a7c15ull ^ op,
+			 op * 0xc2b2ae3d27d4eb4full + i, s + (op << 20) + i,
+			 (op << 32) ^ (s << 16) ^ i};
+
+	for (int k = 0; k < 4; k++) {
+		w[k] ^= w[k] >> 31;
+		w[k] *= 0xbf58476d1ce4e5b9ull;
+		w[k] ^= w[k] >> 29;
+	}
+	memcpy(h->b, w, sizeof(w));
+}
+
+/* One op of stream s (thread), number i. */
+static void one_op(struct run *r, uint64_t s, uint64_t i,
+		   struct kvp_hash *h)
+{
+	uint32_t n = r->o->per_op, tokens = n * BLOCK_TOKENS, cached = 0;
+	uint64_t id = (s << 40) | i;
+	int rc;
+
+	if (r->wl != WL_FRESH)
+		for (uint32_t b = 0; b < n; b++)
+			mkhash(&h[b], s, i, b);
+	switch (r->wl) {
+	case WL_FRESH:
+		if ((rc = kvp_seq_create(r->m, id, tokens)) != 0)
+			bench_die("kvp_seq_create = %d", rc);
+		break;
+	case WL_FRESH_COMMIT:
+	case WL_EVICT:
+		rc = kvp_seq_create_cached(r->m, id, h, n, tokens, &cached);
+		if (rc != 0 || cached != 0)
+			bench_die("kvp_seq_create_cached = %d (%u cached)", rc,
+				  cached);
+		if ((rc = kvp_seq_commit(r->m, id, h, n)) != (int)n)
+			bench_die("kvp_seq_commit = %d", rc);
+		break;
+	case WL_MUTEX:
+		rc = mm_create_cached(&r->mm, id, h, n, tokens, &cached);
+		if (rc != 0 || cached != 0)
+			bench_die("mm_create_cached = %d (%u cached)", rc,
+				  cached);
+		if ((rc = mm_commit(&r->mm, id, h, n)) != (int)n)
+			bench_die("mm_commit = %d", rc);
+		if ((rc = mm_free(&r->mm, id)) != 0)
+			bench_die("mm_free = %d", rc);
+		return;
+	default:
+		abort();
+	}
+	if ((rc = kvp_seq_free(r->m, id)) != 0)
+		bench_die("kvp_seq_free = %d", rc);
+}
+
+#define WARMUP 20
+
+static void *worker_main(void *arg)
+{
+	struct worker *w = arg;
+	struct run *r = w->r;
+	struct kvp_hash *h = bench_xcalloc(MAX_PER_OP, sizeof(*h));
+	uint64_t i = 0, s = w->tid + 1;
+
+	for (; i < WARMUP; i++)
+		one_op(r, s, i, h);
+	bench_sync_start(&r->sync);
+	while (!bench_sync_stopped(&r->sync))
+		one_op(r, s, i++, h);
+	bench_sync_done(&r->sync);
+	w->ops = i - WARMUP;
+	free(h);
+	return NULL;
+}
+
+/* Fills the pool (kvpool or the peer) with idle cached blocks: requests
+ * of a stream no worker uses, committed, all held at once, then freed. */
+static void fill(struct run *r)
+{
+	uint32_t n = r->o->per_op, k = 0, cached;
+	struct kvp_hash *h = bench_xcalloc(MAX_PER_OP, sizeof(*h));
+	int rc;
+
+	for (;; k++) {
+		for (uint32_t b = 0; b < n; b++)
+			mkhash(&h[b], 0, k, b);
+		if (r->wl == WL_MUTEX) {
+			rc = mm_create_cached(&r->mm, k, h, n, n * BLOCK_TOKENS,
+					      &cached);
+			if (rc == 0)
+				rc = mm_commit(&r->mm, k, h, n) == (int)n ? 0
+									  : -1;
+		} else {
+			rc = kvp_seq_create_cached(r->m, k, h, n,
+						   n * BLOCK_TOKENS, &cached);
+			if (rc == 0)
+				rc = kvp_seq_commit(r->m, k, h, n) == (int)n
+					     ? 0
+					     : -1;
+		}
+		if (rc == -ENOSPC)
+			break;
+		if (rc != 0)
+			bench_die("filling the pool: %d", rc);
+	}
+	for (uint32_t j = 0; j < k; j++)
+		rc = r->wl == WL_MUTEX ? mm_free(&r->mm, j)
+				       : kvp_seq_free(r->m, j);
+	free(h);
+}
+
+static void setup(struct run *r)
+{
+	struct kvp_pool_config pc = {.block_tokens = BLOCK_TOKENS,
+				     .device_id = -1};
+	struct kvp_manager_config mc = {.policy = KVP_EVICT_LRU};
+	struct kvp_pool_stats st;
+	int rc;
+
+	r->blocks = r->o->pool_blocks;
+	if (r->wl == WL_FRESH_COMMIT)
+		/* Never runs out of never-cached blocks in the window: the
+		 * op rate is bounded by the evicting one's few times over. */
+		r->blocks = 8u << 20;
+	if (r->wl == WL_MUTEX) {
+		if ((rc = mm_pool_init(&r->mp, r->blocks, BLOCK_TOKENS)) != 0 ||
+		    (rc = mm_mgr_init(&r->mm, &r->mp, KVP_EVICT_LRU, 0,
+				      KVP_PREFIX_CACHE, 1024, r->blocks)) != 0)
+			bench_die("mutex peer: %d", rc);
+		fill(r);
+		return;
+	}
+	pc.num_blocks = r->blocks;
+	if ((rc = kvp_pool_create(&pc, &r->pool)) != 0)
+		bench_die("kvp_pool_create = %d", rc);
+	mc.pool = r->pool;
+	mc.flags = r->wl == WL_FRESH ? 0 : KVP_PREFIX_CACHE;
+	if ((rc = kvp_manager_create(&mc, &r->m)) != 0)
+		bench_die("kvp_manager_create = %d", rc);
+	if (r->wl == WL_EVICT) {
+		fill(r);
+		kvp_thread_flush(); /* the filler's parked references */
+		kvp_pool_stats(r->pool, &st);
+		if (st.free != st.total || st.free - st.evictable >=
+						   r->o->per_op)
+			bench_die("the pool is not full of cached blocks: "
+				  "%llu free, %llu evictable",
+				  (unsigned long long)st.free,
+				  (unsigned long long)st.evictable);
+		r->evictions0 = st.cache_evictions;
+	}
+}
+
+static void teardown(struct run *r, uint64_t ops)
+{
+	struct kvp_pool_stats st;
+
+	if (r->wl == WL_MUTEX) {
+		struct mm_mgr *m = &r->mm;
+
+		if (mm_check(&r->mp, &m, 1) != 0)
+			bench_die("mutex peer: check failed");
+		mm_mgr_destroy(&r->mm);
+		mm_pool_destroy(&r->mp);
+		return;
+	}
+	if (kvp_manager_check(r->m) != 0)
+		bench_die("kvp_manager_check failed after %s", wl_name[r->wl]);
+	kvp_pool_stats(r->pool, &st);
+	if (r->wl == WL_EVICT &&
+	    st.cache_evictions - r->evictions0 <
+		    (ops + WARMUP * r->nthreads) * r->o->per_op)
+		bench_die("evict: %llu evictions for %llu blocks allocated: "
+			  "not every allocation evicted",
+			  (unsigned long long)(st.cache_evictions -
+					       r->evictions0),
+			  (unsigned long long)((ops + WARMUP * r->nthreads) *
+					       r->o->per_op));
+	if (r->wl == WL_FRESH_COMMIT && st.cache_evictions != 0)
+		bench_die("fresh+commit evicted %llu blocks: the pool is too "
+			  "small for the window",
+			  (unsigned long long)st.cache_evictions);
+	kvp_manager_destroy(r->m);
+	kvp_pool_unref(r->pool);
+}
+
+static double measure(struct run *r, unsigned nthreads, double *others)
+{
+	uint64_t ops = 0;
+	double mops;
+
+	r->nthreads = nthreads;
+	setup(r);
+	r->w = bench_aligned_zalloc(nthreads * sizeof(*r->w));
+	bench_sync_init(&r->sync, nthreads);
+	for (unsigned t = 0; t < nthreads; t++) {
+		r->w[t].r = r;
+		r->w[t].tid = t;
+		bench_thread_create(&r->w[t].thread, worker_main, &r->w[t]);
+	}
+	*others = bench_sync_window(&r->sync, r->o->common.seconds);
+	for (unsigned t = 0; t < nthreads; t++) {
+		bench_thread_join(r->w[t].thread);
+		ops += r->w[t].ops;
+	}
+	mops = bench_sync_mops(&r->sync, ops);
+	bench_sync_destroy(&r->sync);
+	free(r->w);
+	teardown(r, ops);
+	return mops;
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: bench_evict [--threads 1,2] [--seconds S] [--reps R]\n"
+		"                   [--blocks-per-op N] [--pool-blocks N] "
+		"[--csv FILE]\n"
+		"Allocations that evict (a pool full of idle cached blocks: "
+		"create_cached of\nnew hashes + commit + free) against fresh "
+		"allocations and the mutex peer.\nMedians of R runs of S "
+		"seconds.\n");
+}
+
+static bool parse_opt(void *ctx, const char *name, const char *val)
+{
+	struct opts *o = ctx;
+
+	if (strcmp(name, "--blocks-per-op") == 0) {
+		o->per_op = (uint32_t)bench_parse_ulong(name, val, 1,
+							 MAX_PER_OP);
+		return true;
+	}
+	if (strcmp(name, "--pool-blocks") == 0) {
+		o->pool_blocks = (uint32_t)bench_parse_ulong(name, val, 1024,
+							      1u << 26);
+		return true;
+	}
+	return false;
+}
+
+/* samples[] and others[] of main(), by workload, thread index and rep. */
+#define SAMPLE(a, w, ti, rep) \
+	(a)[((size_t)(w) * c->nthreads_list + (ti)) * c->reps + (rep)]
+
+/* Nanoseconds per block for one thread from the median Mops/s. */
+static double ns_per_block(const struct opts *o, double mops,
+			   unsigned threads)
+{
+	return bench_ns_per_op(mops, threads) / o->per_op;
+}
+
+int main(int argc, char **argv)
+{
+	struct opts o = {.per_op = 64, .pool_blocks = 65536};
+	struct bench_opts *c = &o.common;
+	struct run r = {.o = &o};
+	double *samples, *others; /* [workload][thread index][rep] */
+	FILE *csv;
+	int i1, i2;
+	char line[256];
+
+	bench_opts_defaults(c);
+	c->reps = 3;
+	bench_parse_args_into(c, argc, argv, usage, parse_opt, &o);
+	if (c->nthreads_list == 3 && c->threads[2] == 8)
+		c->nthreads_list = 2; /* the common default: 1 and 2 here */
+	if (o.pool_blocks < 4 * o.per_op)
+		bench_die("--pool-blocks must be at least 4 x --blocks-per-op");
+	bench_res_init(NUM_WL, c->nthreads_list, 1, c->reps);
+	samples = bench_xcalloc((size_t)NUM_WL * c->nthreads_list * c->reps,
+				sizeof(*samples));
+	others = bench_xcalloc((size_t)NUM_WL * c->nthreads_list * c->reps,
+			       sizeof(*others));
+	bench_report_busy("before");
+	printf("requests of %u blocks of %u tokens; full pools of %u blocks; "
+	       "median of %u runs of %.2f s\n\n",
+	       o.per_op, BLOCK_TOKENS, o.pool_blocks, c->reps, c->seconds);
+	/* Rep by rep, every cell once per rep (see bench_prefix.c). */
+	for (unsigned rep = 0; rep < c->reps; rep++)
+		for (unsigned ti = 0; ti < c->nthreads_list; ti++)
+			for (int w = 0; w < NUM_WL; w++) {
+				r.wl = (enum workload)w;
+				SAMPLE(samples, w, ti, rep) =
+					measure(&r, c->threads[ti],
+						&SAMPLE(others, w, ti, rep));
+			}
+	for (unsigned ti = 0; ti < c->nthreads_list; ti++)
+		for (int w = 0; w < NUM_WL; w++) {
+			for (unsigned rep = 0; rep < c->reps; rep++) {
+				*bench_sample(0, rep) =
+					SAMPLE(samples, w, ti, rep);
+				*bench_sample_others(0, rep) =
+					SAMPLE(others, w, ti, rep);
+			}
+			bench_res_store(w, ti, 0);
+		}
+	printf("%-13s %7s %12s %14s %8s %9s\n", "workload", "threads",
+	       "requests/s", "ns/block/thr", "others", "x mutex");
+	for (unsigned ti = 0; ti < c->nthreads_list; ti++)
+		for (int w = 0; w < NUM_WL; w++) {
+			double mops = *bench_res(w, ti, 0);
+
+			printf("%-13s %7u %12.0f %14.2f", wl_name[w],
+			       c->threads[ti], mops * 1e6,
+			       ns_per_block(&o, mops, c->threads[ti]));
+			bench_print_others(*bench_res_others(w, ti, 0));
+			if (w == WL_EVICT)
+				printf(" %8.2fx",
+				       mops / *bench_res(WL_MUTEX, ti, 0));
+			printf("\n");
+		}
+	bench_print_others_legend();
+
+	printf("\ntargets:\n");
+	i1 = bench_find_threads(c, 1);
+	i2 = bench_find_threads(c, 2);
+	if (i1 >= 0) {
+		double ev = ns_per_block(&o, *bench_res(WL_EVICT, i1, 0), 1),
+		       fr = ns_per_block(&o, *bench_res(WL_FRESH, i1, 0), 1),
+		       fc = ns_per_block(
+			       &o, *bench_res(WL_FRESH_COMMIT, i1, 0), 1);
+
+		snprintf(line, sizeof(line),
+			 "evicting allocation, 1 thread: %.1f ns/block = "
+			 "%.2fx fresh (%.1f ns), target <= 2x",
+			 ev, ev / fr, fr);
+		bench_verdict(ev <= 2 * fr, line);
+		printf("  [INFO] evict / fresh+commit (the same op, no "
+		       "eviction), 1 thread: %.2fx (%.1f ns/block)\n",
+		       ev / fc, fc);
+	} else {
+		bench_skip("evicting allocation cost (needs 1 thread)");
+	}
+	if (i1 >= 0 && i2 >= 0) {
+		double *ratio = bench_xcalloc(c->reps, sizeof(*ratio));
+		double paired;
+
+		for (unsigned rep = 0; rep < c->reps; rep++)
+			ratio[rep] = SAMPLE(samples, WL_EVICT, i2, rep) /
+				     SAMPLE(samples, WL_EVICT, i1, rep);
+		paired = bench_median(ratio, c->reps);
+		free(ratio);
+		snprintf(line, sizeof(line),
+			 "evict, 2 threads = %.2fx 1 thread (median of %u "
+			 "paired runs), target >= 1.6x",
+			 paired, c->reps);
+		bench_verdict(paired >= 1.6, line);
+	} else {
+		bench_skip("evict scaling (needs 1 and 2 threads)");
+	}
+	bench_targets_summary();
+	bench_report_busy("after");
+
+	csv = bench_csv_open(c->csv);
+	if (csv) {
+		fprintf(csv, "workload,threads,requests_per_s,"
+			     "ns_per_block_thread\n");
+		for (unsigned ti = 0; ti < c->nthreads_list; ti++)
+			for (int w = 0; w < NUM_WL; w++)
+				fprintf(csv, "%s,%u,%.0f,%.3f\n", wl_name[w],
+					c->threads[ti],
+					*bench_res(w, ti, 0) * 1e6,
+					ns_per_block(&o, *bench_res(w, ti, 0),
+						     c->threads[ti]));
+		bench_csv_close(csv, c->csv);
+	}
+	bench_res_free();
+	free(samples);
+	free(others);
+	return 0;
+}
