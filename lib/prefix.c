@@ -310,7 +310,8 @@ static void list_append(struct kvp_pool *pool, struct prefix_pool *pp,
 }
 
 /*
- * The list lock spins a little before it sleeps (glibc's adaptive mutex):
+ * The list lock (and a manager's store lock) spins a little before it
+ * sleeps (glibc's adaptive mutex):
  * it is held for a few hundred nanoseconds per release, and a waiter
  * that goes straight to futex() sleeps, and is woken, for far longer
  * than that (the ChangeLog of 2026-11-22 has the futex counts).
@@ -980,7 +981,9 @@ int prefix_cache_init(struct prefix_cache *pc, struct kvp_pool *pool)
 	atomic_init(&pc->evictions, 0);
 	if (pthread_mutex_init(&pc->event_lock, NULL) != 0)
 		return -ENOMEM;
-	if (pthread_mutex_init(&pc->store_lock, NULL) != 0) {
+	/* Adaptive as the list lock (see list_lock_init): commits hold it
+	 * for a few microseconds, evictions for less. */
+	if (list_lock_init(&pc->store_lock) != 0) {
 		pthread_mutex_destroy(&pc->event_lock);
 		return -ENOMEM;
 	}
