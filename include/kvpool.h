@@ -209,9 +209,9 @@ KVP_API int kvp_pool_check(struct kvp_pool *pool);
 /*
  * Returns every block parked in the calling thread's caches (of every
  * pool) to the pools' global stacks, and drops the references it parked
- * on cached blocks (a sequence's free parks those on the head of its
- * chain in pools of 1,024 blocks or more, so that the thread's next hit
- * on them needs no atomic operation; allocations short of blocks, resets
+ * on cached blocks (a sequence's free parks those on the blocks it got as
+ * prefix-cache hits, in pools of 1,024 blocks or more, so that the
+ * thread's next hit on them needs no atomic operation; allocations short of blocks, resets
  * and manager destruction drop every thread's parked references
  * themselves).  Threads call it before sleeping for a long time; thread
  * exit does it automatically.
@@ -585,8 +585,8 @@ KVP_API int kvp_hash_set_xxh3_seed(uint64_t seed);
  * taken only when nothing is evictable.  In pools of 1,024 blocks or more
  * the order is approximate: a small allocation that must evict may evict
  * up to half a thread cache ahead into the thread's cache, and references
- * a free parked on the head of its chain (kvp_thread_flush) keep those
- * blocks out of the evictable order until they are dropped.
+ * a free parked on the blocks its sequence hit (kvp_thread_flush) keep
+ * those blocks out of the evictable order until they are dropped.
  *
  * Hits are lock-free (a probe of the manager's hash table inside an RCU
  * read-side section and one atomic transition per block); a revival

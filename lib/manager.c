@@ -456,7 +456,8 @@ struct kvp_seq *seq_acquire(struct kvp_manager *m, uint64_t id)
  * of a chain is released before its head.  The ids are the caller's to
  * reorder.
  */
-static void release_blocks(struct kvp_manager *m, uint32_t *ids, uint32_t n)
+static void release_blocks_park(struct kvp_manager *m, uint32_t *ids,
+				uint32_t n, uint32_t park)
 {
 	if (n == 0)
 		return;
@@ -466,13 +467,18 @@ static void release_blocks(struct kvp_manager *m, uint32_t *ids, uint32_t n)
 		ids[i] = ids[j];
 		ids[j] = t;
 	}
-	if (unlikely(pool_free_distinct(m->pool, ids, n) != 0)) {
+	if (unlikely(pool_free_distinct(m->pool, ids, n, park) != 0)) {
 		/* Only if someone freed a manager's block behind its back
 		 * (every other block was still dropped). */
 		fprintf(stderr, "kvpool: a sequence's blocks were freed "
 				"outside the manager\n");
 	}
 	stat_add(m, blocks_released, n);
+}
+
+static void release_blocks(struct kvp_manager *m, uint32_t *ids, uint32_t n)
+{
+	release_blocks_park(m, ids, n, 0);
 }
 
 /*
@@ -517,7 +523,8 @@ static void table_discard(struct kvp_seq *s, uint32_t *t, uint32_t cap)
 /* Removes a locked, live sequence; unlocks it.  See the argument above. */
 static void seq_remove_locked(struct kvp_manager *m, struct kvp_seq *s)
 {
-	uint32_t tokens = seq_tokens(s), n = s->nblocks;
+	uint32_t tokens = seq_tokens(s), n = s->nblocks,
+		 hits = s->hits < n ? s->hits : n;
 
 	atomic_store_explicit(&s->dead, true, memory_order_relaxed);
 	s->nblocks = 0;
@@ -528,7 +535,9 @@ static void seq_remove_locked(struct kvp_manager *m, struct kvp_seq *s)
 	kvp_rcu_read_unlock();
 	/* The table is ours: nobody reads a dead sequence's table, and the
 	 * struct is reused only after seq_retire(). */
-	release_blocks(m, s->blocks, n);
+	/* Its hits, the chain's head, are what its thread may hit next:
+	 * their references may be parked. */
+	release_blocks_park(m, s->blocks, n, hits);
 	stat_add(m, frees, 1);
 	stat_add(m, sequences, -1);
 	stat_add(m, tokens, -(int64_t)tokens);
@@ -577,13 +586,14 @@ static bool seq_publish(struct kvp_manager *m, struct kvp_seq *s)
  * caches of other threads may be checking it. */
 static void seq_init(struct kvp_seq *s, uint64_t id, uint32_t tokens,
 		     uint32_t nblocks, int32_t priority, bool tail_shared,
-		     uint32_t committed, bool trimmed)
+		     uint32_t committed, uint32_t hits, bool trimmed)
 {
 	seq_lock(s);
 	s->id = id;
 	s->nblocks = nblocks;
 	s->tail_shared = tail_shared;
 	s->committed = committed;
+	s->hits = hits;
 	s->trimmed = trimmed;
 	seq_set_tokens(s, tokens);
 	atomic_store_explicit(&s->priority, priority, memory_order_relaxed);
@@ -635,7 +645,7 @@ static int seq_create(struct kvp_manager *m, uint64_t id, uint32_t num_tokens,
 		seq_retire(s);
 		return err;
 	}
-	seq_init(s, id, num_tokens, nb, 0, false, h, false);
+	seq_init(s, id, num_tokens, nb, 0, false, h, h, false);
 	if (!seq_publish(m, s)) {
 		if (h)
 			prefix_unhit(m->pool, s->blocks, h);
@@ -916,7 +926,7 @@ KVP_API int kvp_seq_append(struct kvp_manager *m, uint64_t id,
 KVP_API int kvp_seq_fork(struct kvp_manager *m, uint64_t src, uint64_t dst)
 {
 	struct kvp_seq *s, *d;
-	uint32_t i = 0, nb, tokens, committed;
+	uint32_t i = 0, nb, tokens, committed, hits;
 	int32_t priority;
 	bool trimmed;
 	int err = 0;
@@ -935,6 +945,7 @@ KVP_API int kvp_seq_fork(struct kvp_manager *m, uint64_t src, uint64_t dst)
 	}
 	nb = s->nblocks;
 	committed = s->committed;
+	hits = s->hits;
 	trimmed = s->trimmed;
 	err = table_reserve(d, nb);
 	for (i = 0; !err && i < nb; i++) {
@@ -956,7 +967,8 @@ KVP_API int kvp_seq_fork(struct kvp_manager *m, uint64_t src, uint64_t dst)
 	s->tail_shared = true;
 	touch(s);
 	seq_unlock(s);
-	seq_init(d, dst, tokens, nb, priority, true, committed, trimmed);
+	seq_init(d, dst, tokens, nb, priority, true, committed, hits,
+		 trimmed);
 	if (!seq_publish(m, d)) {
 		if (nb)
 			(void)kvp_pool_free(m->pool, d->blocks, nb);
@@ -1006,6 +1018,8 @@ KVP_API int kvp_seq_truncate(struct kvp_manager *m, uint64_t id,
 		s->tail_shared = true;
 		if (s->committed > num_tokens / m->block_tokens)
 			s->committed = num_tokens / m->block_tokens;
+		if (s->hits > nb)
+			s->hits = nb;
 		seq_set_tokens(s, num_tokens);
 		touch(s);
 	}
@@ -1044,6 +1058,8 @@ KVP_API int kvp_seq_stream_trim(struct kvp_manager *m, uint64_t id,
 		s->nblocks -= n;
 		s->tail_shared = true; /* conservative, as for truncate */
 		s->trimmed = true;
+		if (s->hits > keep_head)
+			s->hits = keep_head;
 		gone = n * bt;
 		seq_set_tokens(s, tokens - gone);
 	}

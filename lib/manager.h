@@ -57,6 +57,10 @@ struct kvp_seq {
 	 * and cannot commit.  lock. */
 	bool trimmed;
 	uint32_t committed;
+	/* Blocks [0, hits) were prefix-cache hits (or, for a fork, its
+	 * source's): at the free, their references may be parked (pool.c).
+	 * lock. */
+	uint32_t hits;
 	uint32_t *blocks;      /* lock: blocks[0..nblocks), capacity cap */
 	/* Written under lock; eviction scans and stats read them relaxed. */
 	_Atomic uint32_t num_tokens;

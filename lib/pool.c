@@ -1204,10 +1204,13 @@ static int free_distinct(struct kvp_pool *pool, const uint32_t *ids,
 
 /*
  * Parked references (DESIGN.md section 2.1; tcache.h keeps them).  A
- * sequence's free parks its references on the cached blocks at the head
- * of its chain (the end of ids: a table is released last block first),
- * at most KVP_PARK_MAX, from the head down to the first block it cannot
- * park: uncached, or whose slot holds a block this same free parked.  An
+ * sequence's free parks its references on the blocks that were its
+ * prefix-cache hits, the head of its chain (the end of ids: a table is
+ * released last block first): blocks other requests share, which the
+ * thread is likely to hit again.  At most KVP_PARK_MAX, from the head
+ * down to the first block it cannot park: uncached, or whose slot holds
+ * a block this same free parked.  Blocks nobody hit are never parked, so
+ * the order in which they become evictable is the exact one.  An
  * older parked reference in the slot is displaced: dropped now.  So
  * within one free the end of a chain becomes idle first and its head
  * last (when its parked references are dropped), and what a thread keeps
@@ -1263,17 +1266,19 @@ static uint32_t park_head(struct kvp_pool *pool, struct tcache *tc,
 	return j;
 }
 
-int pool_free_distinct(struct kvp_pool *pool, const uint32_t *ids, uint32_t n)
+int pool_free_distinct(struct kvp_pool *pool, const uint32_t *ids, uint32_t n,
+		       uint32_t park)
 {
 	uint32_t displaced[KVP_PARK_MAX], nd = 0, j = n;
 	struct tcache *tc;
 	int err = 0, e;
 
-	if (unlikely(!pool || !ids || n == 0))
+	if (unlikely(!pool || !ids || n == 0 || park > n))
 		return -EINVAL;
-	if (pool->num_blocks >= KVP_PARK_MIN_BLOCKS && reclaimer_of(pool) &&
-	    (tc = tcache_get(&pool->depot)) != NULL)
-		j = park_head(pool, tc, ids, n, displaced, &nd);
+	if (park && pool->num_blocks >= KVP_PARK_MIN_BLOCKS &&
+	    reclaimer_of(pool) && (tc = tcache_get(&pool->depot)) != NULL)
+		j = n - park + park_head(pool, tc, ids + n - park, park,
+					 displaced, &nd);
 	if (j)
 		err = free_distinct(pool, ids, j);
 	if (nd && (e = free_distinct(pool, displaced, nd)) != 0 && !err)

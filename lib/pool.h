@@ -125,11 +125,12 @@ static inline void *pool_reclaimer_ctx(struct kvp_pool *pool)
  * kvp_pool_free for callers whose ids are distinct (a sequence's block
  * table, released last block first): skips the check that an id repeated
  * k times has k references, and may park the references on the cached
- * blocks at the end of ids (its chain's head) in the calling thread's
- * cache (pool.c, "Parked references").
+ * blocks among the last `park` of ids (its chain's head: the sequence's
+ * prefix-cache hits) in the calling thread's cache (pool.c, "Parked
+ * references").
  */
 int pool_free_distinct(struct kvp_pool *pool, const uint32_t *ids,
-		       uint32_t n);
+		       uint32_t n, uint32_t park);
 
 /*
  * Drops every thread's parked references on pool's blocks (a drain: the

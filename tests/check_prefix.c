@@ -2345,8 +2345,14 @@ START_TEST(test_parked_refs)
 	commit_eq(m, 1, a.h, a.nh, 8);
 	chain_blocks(m, 1, 8, b);
 	free_ok(m, 1);
-	/* The parked blocks are a head of the chain (refcount 1: the
-	 * thread's parked reference), the rest idle (0). */
+	/* Blocks nobody hit are never parked: all idle. */
+	for (uint32_t i = 0; i < 8; i++)
+		expect_refs(p, b[i], 0);
+	/* A request that hits 7 of them, freed: a head of its hits is
+	 * parked (refcount 1: the thread's parked reference), the rest
+	 * idle (0). */
+	ck_assert_uint_eq(ccreate_ok(m, 2, &a, a.nh, a.ntok), 7 * BT);
+	free_ok(m, 2);
 	for (uint32_t i = 0; i < 8; i++) {
 		int r = kvp_block_refcount(p, b[i]);
 
@@ -2357,6 +2363,7 @@ START_TEST(test_parked_refs)
 				      parked - 1);
 	}
 	ck_assert_uint_ge(parked, 1);
+	ck_assert_uint_le(parked, 7);
 	/* Counted as evictable; the checks count them as holders. */
 	st = pstats(p);
 	ck_assert_uint_eq(st.free, st.total);
@@ -2364,13 +2371,13 @@ START_TEST(test_parked_refs)
 	mcheck_ok(m);
 	ck_assert_int_eq(kvp_pool_check(p), 0);
 	/* A hit takes the parked references back: no count moves. */
-	ck_assert_uint_eq(ccreate_ok(m, 2, &a, a.nh, a.ntok), 7 * BT);
-	chain_blocks(m, 2, 8, b2);
+	ck_assert_uint_eq(ccreate_ok(m, 3, &a, a.nh, a.ntok), 7 * BT);
+	chain_blocks(m, 3, 8, b2);
 	ck_assert_int_eq(memcmp(b, b2, 7 * sizeof(*b)), 0);
 	for (uint32_t i = 0; i < 7; i++)
 		expect_refs(p, b[i], 1);
 	mcheck_ok(m);
-	free_ok(m, 2);
+	free_ok(m, 3);
 	mcheck_ok(m);
 	finish(p, m);
 }
@@ -2383,10 +2390,15 @@ START_TEST(test_parked_reset)
 	struct kvp_manager *m = mkpmgr(p);
 	struct chain a = mkchain(71, 6 * BT);
 	struct kvp_stats ms;
+	uint32_t blk_first;
 
 	ccreate_ok(m, 1, &a, a.nh, a.ntok);
 	commit_eq(m, 1, a.h, a.nh, 6);
+	blk_first = blk(m, 1, 0);
 	free_ok(m, 1);
+	ck_assert_uint_eq(ccreate_ok(m, 2, &a, a.nh, a.ntok), 5 * BT);
+	free_ok(m, 2); /* parks a head of its hits */
+	ck_assert_int_eq(kvp_block_refcount(p, blk_first), 1);
 	ck_assert_int_eq(kvp_prefix_reset(m), 0);
 	kvp_manager_stats(m, &ms);
 	ck_assert_uint_eq(ms.prefix_cached_blocks, 0);
@@ -2412,6 +2424,8 @@ START_TEST(test_parked_whole_pool)
 	ccreate_ok(m, 1, &a, a.nh, a.ntok);
 	commit_eq(m, 1, a.h, a.nh, 8);
 	free_ok(m, 1);
+	ck_assert_uint_eq(ccreate_ok(m, 2, &a, a.nh, a.ntok), 7 * BT);
+	free_ok(m, 2); /* parks a head of its hits */
 	evlog_reset();
 	ck_assert_int_eq(kvp_pool_alloc(p, PARK_POOL, ids), 0);
 	ck_assert_uint_eq(removed_since(0, gone, 16), 8);
@@ -2439,11 +2453,19 @@ static void *park_thread_main(void *arg)
 	uint32_t cached;
 	int rc;
 
-	rc = kvp_seq_create_cached(pt->m, 5, pt->c->h, pt->c->nh,
+	rc = kvp_seq_create_cached(pt->m, 4, pt->c->h, pt->c->nh,
 				   pt->c->ntok, &cached);
 	if (rc == 0)
-		rc = kvp_seq_commit(pt->m, 5, pt->c->h, pt->c->nh) == 8 ? 0
+		rc = kvp_seq_commit(pt->m, 4, pt->c->h, pt->c->nh) == 8 ? 0
 									  : -1;
+	if (rc == 0)
+		rc = kvp_seq_free(pt->m, 4);
+	/* A request that hits them: its free parks the head. */
+	if (rc == 0)
+		rc = kvp_seq_create_cached(pt->m, 5, pt->c->h, pt->c->nh,
+					   pt->c->ntok, &cached);
+	if (rc == 0 && cached != 7 * BT)
+		rc = -2;
 	for (uint32_t i = 0; rc == 0 && i < 8; i++) {
 		uint32_t ids[8], n = 0;
 
@@ -2452,7 +2474,7 @@ static void *park_thread_main(void *arg)
 	}
 	if (rc == 0)
 		rc = kvp_seq_free(pt->m, 5);
-	if (rc == 0 && kvp_block_refcount(pt->p, pt->b[7]) != 1)
+	if (rc == 0 && kvp_block_refcount(pt->p, pt->b[0]) != 1)
 		wfail(&pt->err, "the chain's head is not parked");
 	if (rc)
 		wfail(&pt->err, "parker thread: %d", rc);
