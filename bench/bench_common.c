@@ -106,6 +106,18 @@ static int cmp_double(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
+double bench_paired_ratio(const double *num, const double *den,
+			  unsigned reps)
+{
+	double *ratio = bench_xcalloc(reps, sizeof(*ratio)), med;
+
+	for (unsigned rep = 0; rep < reps; rep++)
+		ratio[rep] = num[rep] / den[rep];
+	med = bench_median(ratio, reps);
+	free(ratio);
+	return med;
+}
+
 double bench_median(const double *v, unsigned n)
 {
 	double *s = bench_xcalloc(n, sizeof(*s));
@@ -578,4 +590,50 @@ void bench_csv_close(FILE *f, const char *path)
 		exit(2);
 	}
 	printf("CSV written to %s\n", path);
+}
+
+/* The thread of a bench_worker. */
+struct measure_arg {
+	struct bench_worker *w;
+	void (*fn)(struct bench_worker *w);
+};
+
+static void *measure_thread(void *arg)
+{
+	struct measure_arg *a = arg;
+
+	a->fn(a->w);
+	return NULL;
+}
+
+double bench_measure(unsigned nthreads, double seconds,
+		     void (*fn)(struct bench_worker *w), void *ctx,
+		     double *others, uint64_t *total)
+{
+	struct bench_worker *w =
+		bench_aligned_zalloc(nthreads * sizeof(*w));
+	struct measure_arg *args = bench_xcalloc(nthreads, sizeof(*args));
+	struct bench_sync *sync = bench_aligned_zalloc(sizeof(*sync));
+	uint64_t ops = 0;
+	double mops;
+
+	bench_sync_init(sync, nthreads);
+	for (unsigned t = 0; t < nthreads; t++) {
+		w[t] = (struct bench_worker){.tid = t, .ctx = ctx, .sync = sync};
+		args[t] = (struct measure_arg){.w = &w[t], .fn = fn};
+		bench_thread_create(&w[t].thread, measure_thread, &args[t]);
+	}
+	*others = bench_sync_window(sync, seconds);
+	for (unsigned t = 0; t < nthreads; t++) {
+		bench_thread_join(w[t].thread);
+		ops += w[t].ops;
+	}
+	mops = bench_sync_mops(sync, ops);
+	if (total)
+		*total = ops;
+	bench_sync_destroy(sync);
+	free(sync);
+	free(args);
+	free(w);
+	return mops;
 }

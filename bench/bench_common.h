@@ -126,6 +126,27 @@ double bench_sync_mops(struct bench_sync *s, uint64_t ops);
 void bench_thread_create(pthread_t *tid, void *(*fn)(void *), void *arg);
 void bench_thread_join(pthread_t tid);
 
+/* One worker of bench_measure(). */
+struct bench_worker {
+	unsigned tid;		 /* 0 .. nthreads - 1 */
+	void *ctx;		 /* the program's, as given */
+	struct bench_sync *sync; /* start, stop and clock */
+	uint64_t ops;		 /* set by the worker: ops in the window */
+	pthread_t thread;
+} __attribute__((aligned(BENCH_CACHE_LINE)));
+
+/*
+ * One measurement: runs fn on nthreads threads.  fn warms up, calls
+ * bench_sync_start(), works until bench_sync_stopped(), calls
+ * bench_sync_done() and stores its count in w->ops.  The window lasts
+ * `seconds`.  Returns Mops/s over all threads; *others gets the share of
+ * the CPU other processes took (bench_sync_window()), *ops (if not NULL)
+ * the ops of all threads.
+ */
+double bench_measure(unsigned nthreads, double seconds,
+		     void (*fn)(struct bench_worker *w), void *ctx,
+		     double *others, uint64_t *ops);
+
 /* --------------------------------------------------------------- results */
 
 /*
@@ -149,6 +170,14 @@ void bench_res_store(unsigned w, unsigned ti, unsigned p);
 
 /* The median of v[0..n) (n > 0; v is not reordered). */
 double bench_median(const double *v, unsigned n);
+
+/*
+ * The median over reps of num[rep] / den[rep]: each rep's run against the
+ * one measured just before it in the same rep (a scaling ratio that a
+ * slow spell of the host, falling on both, cancels out of).
+ */
+double bench_paired_ratio(const double *num, const double *den,
+			  unsigned reps);
 
 /* threads * 1e3 / mops: the wall time one thread spends per op, in ns. */
 double bench_ns_per_op(double mops, unsigned threads);

@@ -59,15 +59,6 @@ struct opts {
 	uint32_t pool_blocks; /* the full pool of `evict` and `mutex` */
 };
 
-struct run;
-
-struct worker {
-	struct run *r;
-	unsigned tid;
-	uint64_t ops;
-	pthread_t thread;
-} __attribute__((aligned(BENCH_CACHE_LINE)));
-
 struct run {
 	enum workload wl;
 	const struct opts *o;
@@ -78,8 +69,6 @@ struct run {
 	struct mm_pool mp;
 	struct mm_mgr mm;
 	uint64_t evictions0;
-	struct worker *w;
-	struct bench_sync sync;
 };
 
 /* Block i of op `op` of stream s: a cheap, well-mixed 32-byte hash. */
@@ -141,22 +130,20 @@ static void one_op(struct run *r, uint64_t s, uint64_t i,
 
 #define WARMUP 20
 
-static void *worker_main(void *arg)
+static void worker_main(struct bench_worker *w)
 {
-	struct worker *w = arg;
-	struct run *r = w->r;
+	struct run *r = w->ctx;
 	struct kvp_hash *h = bench_xcalloc(MAX_PER_OP, sizeof(*h));
 	uint64_t i = 0, s = w->tid + 1;
 
 	for (; i < WARMUP; i++)
 		one_op(r, s, i, h);
-	bench_sync_start(&r->sync);
-	while (!bench_sync_stopped(&r->sync))
+	bench_sync_start(w->sync);
+	while (!bench_sync_stopped(w->sync))
 		one_op(r, s, i++, h);
-	bench_sync_done(&r->sync);
+	bench_sync_done(w->sync);
 	w->ops = i - WARMUP;
 	free(h);
-	return NULL;
 }
 
 /* Fills the pool (kvpool or the peer) with idle cached blocks: requests
@@ -272,26 +259,13 @@ static void teardown(struct run *r, uint64_t ops)
 
 static double measure(struct run *r, unsigned nthreads, double *others)
 {
-	uint64_t ops = 0;
+	uint64_t ops;
 	double mops;
 
 	r->nthreads = nthreads;
 	setup(r);
-	r->w = bench_aligned_zalloc(nthreads * sizeof(*r->w));
-	bench_sync_init(&r->sync, nthreads);
-	for (unsigned t = 0; t < nthreads; t++) {
-		r->w[t].r = r;
-		r->w[t].tid = t;
-		bench_thread_create(&r->w[t].thread, worker_main, &r->w[t]);
-	}
-	*others = bench_sync_window(&r->sync, r->o->common.seconds);
-	for (unsigned t = 0; t < nthreads; t++) {
-		bench_thread_join(r->w[t].thread);
-		ops += r->w[t].ops;
-	}
-	mops = bench_sync_mops(&r->sync, ops);
-	bench_sync_destroy(&r->sync);
-	free(r->w);
+	mops = bench_measure(nthreads, r->o->common.seconds, worker_main, r,
+			     others, &ops);
 	teardown(r, ops);
 	return mops;
 }
@@ -419,14 +393,10 @@ int main(int argc, char **argv)
 		bench_skip("evicting allocation cost (needs 1 thread)");
 	}
 	if (i1 >= 0 && i2 >= 0) {
-		double *ratio = bench_xcalloc(c->reps, sizeof(*ratio));
-		double paired;
+		double paired = bench_paired_ratio(
+			&SAMPLE(samples, WL_EVICT, i2, 0),
+			&SAMPLE(samples, WL_EVICT, i1, 0), c->reps);
 
-		for (unsigned rep = 0; rep < c->reps; rep++)
-			ratio[rep] = SAMPLE(samples, WL_EVICT, i2, rep) /
-				     SAMPLE(samples, WL_EVICT, i1, rep);
-		paired = bench_median(ratio, c->reps);
-		free(ratio);
 		snprintf(line, sizeof(line),
 			 "evict, 2 threads = %.2fx 1 thread (median of %u "
 			 "paired runs), target >= 1.6x",

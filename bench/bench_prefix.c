@@ -59,15 +59,6 @@ struct opts {
 	bool skip[NUM_WL]; /* --ops: workloads left out */
 };
 
-struct run;
-
-struct worker {
-	struct run *r;
-	unsigned tid;
-	uint64_t ops;
-	pthread_t thread;
-} __attribute__((aligned(BENCH_CACHE_LINE)));
-
 struct run {
 	enum workload wl;
 	const struct opts *o;
@@ -77,8 +68,6 @@ struct run {
 	uint32_t nblocks;
 	struct kvp_pool *pool;
 	struct kvp_manager *m;
-	struct worker *w;
-	struct bench_sync sync;
 };
 
 static void one_op(struct run *r, unsigned tid, uint64_t i)
@@ -114,20 +103,18 @@ static void one_op(struct run *r, unsigned tid, uint64_t i)
 	}
 }
 
-static void *worker_main(void *arg)
+static void worker_main(struct bench_worker *w)
 {
-	struct worker *w = arg;
-	struct run *r = w->r;
+	struct run *r = w->ctx;
 	uint64_t i = 0;
 
 	for (int k = 0; k < 50; k++) /* warm-up: caches, RCU registration */
 		one_op(r, w->tid, i++);
-	bench_sync_start(&r->sync);
-	while (!bench_sync_stopped(&r->sync))
+	bench_sync_start(w->sync);
+	while (!bench_sync_stopped(w->sync))
 		one_op(r, w->tid, i++);
-	bench_sync_done(&r->sync);
+	bench_sync_done(w->sync);
 	w->ops = i - 50;
-	return NULL;
 }
 
 static void setup(struct run *r)
@@ -180,27 +167,13 @@ static void teardown(struct run *r)
 
 static double measure(struct run *r, unsigned nthreads, double *others)
 {
-	uint64_t ops = 0;
 	double mops;
 
 	r->nthreads = nthreads;
 	if (r->wl == WL_CACHED)
 		setup(r);
-	r->w = bench_aligned_zalloc(nthreads * sizeof(*r->w));
-	bench_sync_init(&r->sync, nthreads);
-	for (unsigned t = 0; t < nthreads; t++) {
-		r->w[t].r = r;
-		r->w[t].tid = t;
-		bench_thread_create(&r->w[t].thread, worker_main, &r->w[t]);
-	}
-	*others = bench_sync_window(&r->sync, r->o->common.seconds);
-	for (unsigned t = 0; t < nthreads; t++) {
-		bench_thread_join(r->w[t].thread);
-		ops += r->w[t].ops;
-	}
-	mops = bench_sync_mops(&r->sync, ops);
-	bench_sync_destroy(&r->sync);
-	free(r->w);
+	mops = bench_measure(nthreads, r->o->common.seconds, worker_main, r,
+			     others, NULL);
 	if (r->wl == WL_CACHED)
 		teardown(r);
 	return mops;
@@ -359,16 +332,10 @@ int main(int argc, char **argv)
 	} else if (i1 >= 0 && i2 >= 0) {
 		double one = *bench_res(WL_CACHED, (unsigned)i1, 0);
 		double two = *bench_res(WL_CACHED, (unsigned)i2, 0);
-		double *ratio = bench_xcalloc(c->reps, sizeof(*ratio));
-		double paired;
+		double paired = bench_paired_ratio(
+			&SAMPLE(samples, WL_CACHED, i2, 0),
+			&SAMPLE(samples, WL_CACHED, i1, 0), c->reps);
 
-		/* Each rep's 2-thread run against the 1-thread run just
-		 * before it: the median of these pairs. */
-		for (unsigned rep = 0; rep < c->reps; rep++)
-			ratio[rep] = SAMPLE(samples, WL_CACHED, i2, rep) /
-				     SAMPLE(samples, WL_CACHED, i1, rep);
-		paired = bench_median(ratio, c->reps);
-		free(ratio);
 		snprintf(line, sizeof(line),
 			 "hot prefix, 2 threads = %.2fx 1 thread (median of "
 			 "%u paired runs; %.2fx from the medians), target "
