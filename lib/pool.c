@@ -1210,11 +1210,15 @@ static int free_distinct(struct kvp_pool *pool, const uint32_t *ids,
  * thread is likely to hit again.  At most KVP_PARK_MAX, from the head
  * down to the first block it cannot park: uncached, or whose slot holds
  * a block this same free parked.  Blocks nobody hit are never parked, so
- * the order in which they become evictable is the exact one.  An
- * older parked reference in the slot is displaced: dropped now.  So
- * within one free the end of a chain becomes idle first and its head
- * last (when its parked references are dropped), and what a thread keeps
- * parked is what it released last.  Only in pools of KVP_PARK_MIN_BLOCKS
+ * the order in which they become evictable is the exact one.  Each free
+ * first drops what the thread's previous parking free left parked (what
+ * the thread's hits did not take back since), so a thread keeps at most
+ * one request's hits parked, and a block's release is late by at most one
+ * request of its thread: parked longer, a block would stay cached longer
+ * than the least-recently-freed order says (a hit-rate loss on the
+ * conversation trace).  Within one free the end of a chain becomes idle
+ * first and its head last (when its parked references are dropped).
+ * Only in pools of KVP_PARK_MIN_BLOCKS
  * or more: parking delays when blocks become evictable, which a small
  * pool would feel, and the reference model (tests/model.c) keeps to
  * exact LRU order in small pools.
@@ -1223,23 +1227,35 @@ static int free_distinct(struct kvp_pool *pool, const uint32_t *ids,
 #define KVP_PARK_MIN_BLOCKS 1024u
 
 /*
- * Parks the head of ids (see above): returns j, where ids[j..n) are
- * parked and the caller drops ids[0..j); displaced references go to
- * out[0..*nout) (room for KVP_PARK_MAX), for the caller to drop as well.
- * Owner, not inside an operation.
+ * Drops (into out) what the thread's previous parking free left parked,
+ * then parks the head of ids (see above): returns j, where ids[j..n) are
+ * parked and the caller drops ids[0..j) and out[0..*nout) (room for
+ * KVP_PARK_MAX).  n may be 0 (only the drop).  Owner, not inside an
+ * operation.
  */
 static uint32_t park_head(struct kvp_pool *pool, struct tcache *tc,
 			  const uint32_t *ids, uint32_t n, uint32_t *out,
 			  uint32_t *nout)
 {
-	uint32_t j = n, call;
+	uint32_t j = n;
 
 	*nout = 0;
 	if (!tcache_enter(tc))
-		return n; /* a drain: drop them all */
-	call = ++tc->park_calls;
+		return n; /* a drain: it drops the parked ones, we ours */
+	for (uint32_t k = 0; k < tc->park_nlast; k++) {
+		uint32_t i = tc->park_last[k],
+			 v = atomic_load_explicit(&tc->park[i],
+						  memory_order_relaxed);
+
+		if (!v)
+			continue; /* taken back by a hit, or drained */
+		out[(*nout)++] = v - 1;
+		atomic_store_explicit(&tc->park[i], 0, memory_order_relaxed);
+		tcache_add_parked(tc, -1);
+	}
+	tc->park_nlast = 0;
 	while (j > 0 && n - j < KVP_PARK_MAX) {
-		uint32_t b = ids[j - 1], i, v;
+		uint32_t b = ids[j - 1], i;
 
 		/* Relaxed: we hold b, so CACHED stays as it is, short of a
 		 * forced clear (a parked uncached block is freed when its
@@ -1250,16 +1266,13 @@ static uint32_t park_head(struct kvp_pool *pool, struct tcache *tc,
 		      KVP_ST_CACHED))
 			break;
 		i = tcache_park_slot(b);
-		v = atomic_load_explicit(&tc->park[i], memory_order_relaxed);
-		if (v && tc->park_call[i] == call)
-			break; /* parked by this free: keep the head's */
-		if (v)
-			out[(*nout)++] = v - 1;
-		else
-			tcache_add_parked(tc, 1);
+		/* Every slot still full is this free's own (see above). */
+		if (atomic_load_explicit(&tc->park[i], memory_order_relaxed))
+			break;
 		atomic_store_explicit(&tc->park[i], b + 1,
 				      memory_order_relaxed);
-		tc->park_call[i] = call;
+		tcache_add_parked(tc, 1);
+		tc->park_last[tc->park_nlast++] = (uint16_t)i;
 		j--;
 	}
 	tcache_exit(tc);
@@ -1275,8 +1288,9 @@ int pool_free_distinct(struct kvp_pool *pool, const uint32_t *ids, uint32_t n,
 
 	if (unlikely(!pool || !ids || n == 0 || park > n))
 		return -EINVAL;
-	if (park && pool->num_blocks >= KVP_PARK_MIN_BLOCKS &&
-	    reclaimer_of(pool) && (tc = tcache_get(&pool->depot)) != NULL)
+	if (pool->num_blocks >= KVP_PARK_MIN_BLOCKS && reclaimer_of(pool) &&
+	    (tc = tcache_get(&pool->depot)) != NULL &&
+	    (park || tc->park_nlast))
 		j = n - park + park_head(pool, tc, ids + n - park, park,
 					 displaced, &nd);
 	if (j)

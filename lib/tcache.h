@@ -101,11 +101,11 @@ struct tcache {
 	 * thread holds one parked reference on (i = b's slot), or 0.
 	 * Synchronization: as slots (owner inside an operation, or a drainer
 	 * that froze the cache); stats and checks read them relaxed.
-	 * park_call[i]: the owner's park_calls when it parked slot i (owner
-	 * only: a free does not displace what it parked itself). */
+	 * park_last[0..park_nlast): the slots the owner's last parking free
+	 * filled (owner only; a drainer may have emptied some since). */
 	kvp_cacheline_aligned _Atomic uint32_t park[KVP_PARK_SLOTS];
-	uint32_t park_call[KVP_PARK_SLOTS];
-	uint32_t park_calls;
+	uint16_t park_last[KVP_PARK_SLOTS];
+	uint32_t park_nlast;
 	/* Non-zero park[] entries.  Synchronization: as park[] (written
 	 * with a load and a store); estimates read it relaxed. */
 	_Atomic uint32_t nparked;
