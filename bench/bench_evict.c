@@ -192,9 +192,9 @@ static void setup(struct run *r)
 
 	r->blocks = r->o->pool_blocks;
 	if (r->wl == WL_FRESH_COMMIT)
-		/* Never runs out of never-cached blocks in the window: the
-		 * op rate is bounded by the evicting one's few times over. */
-		r->blocks = 8u << 20;
+		/* Never runs out of never-cached blocks in a window of up to
+		 * a second or so per thread (teardown checks it). */
+		r->blocks = (8u << 20) * r->nthreads;
 	if (r->wl == WL_MUTEX) {
 		if ((rc = mm_pool_init(&r->mp, r->blocks, BLOCK_TOKENS)) != 0 ||
 		    (rc = mm_mgr_init(&r->mm, &r->mp, KVP_EVICT_LRU, 0,
