@@ -2504,6 +2504,60 @@ START_TEST(test_parked_thread_exit)
 }
 END_TEST
 
+/*
+ * Evictions ahead: in a large pool full of idle cached blocks, a small
+ * allocation that must evict takes up to half a thread cache more (at most
+ * 1/256 of the evictable blocks), the next least recently freed ones, and
+ * keeps them in the thread's cache for the next allocations.
+ */
+START_TEST(test_evict_ahead)
+{
+	struct kvp_pool *p = mkpool(PARK_POOL, 0, 0, NULL);
+	struct kvp_manager *m = mkpmgr(p);
+	uint32_t nseq = PARK_POOL / MAXB, id, ids[16];
+	const struct kvp_hash *want[16];
+	struct chain *c = calloc(nseq, sizeof(*c));
+	struct kvp_pool_stats st;
+	uint32_t ahead = PARK_POOL / 256; /* 8, unless half a cache is less */
+
+	ck_assert_ptr_nonnull(c);
+	for (uint32_t k = 0; k < nseq; k++) {
+		c[k] = mkchain(1000 + k, MAXB * BT);
+		ccreate_ok(m, k, &c[k], c[k].nh, c[k].ntok);
+		commit_eq(m, k, c[k].h, c[k].nh, (int)MAXB);
+	}
+	for (uint32_t k = 0; k < nseq; k++)
+		free_ok(m, k); /* no hits: nothing parked */
+	st = pstats(p);
+	ck_assert_uint_eq(st.evictable, PARK_POOL);
+	ck_assert_uint_eq(st.in_thread_caches, 0);
+	if (ahead > st.cache_blocks / 2)
+		ahead = st.cache_blocks / 2;
+	listen(m, NULL);
+	evlog_reset();
+	ck_assert_int_eq(kvp_pool_alloc(p, 1, &id), 0);
+	/* The least recently freed: chain 0, released last block first. */
+	for (uint32_t i = 0; i <= ahead; i++)
+		want[i] = &c[0].h[MAXB - 1 - i];
+	expect_removed(0, want, ahead + 1);
+	st = pstats(p);
+	ck_assert_uint_eq(st.cache_evictions, ahead + 1);
+	ck_assert_uint_eq(st.in_thread_caches, ahead);
+	ck_assert_uint_eq(st.free, PARK_POOL - 1);
+	ck_assert_uint_eq(st.evictable, PARK_POOL - 1 - ahead);
+	/* The next allocations take them: no eviction. */
+	evlog_reset();
+	ck_assert_int_eq(kvp_pool_alloc(p, ahead, ids), 0);
+	ck_assert_uint_eq(evlog.n, 0);
+	ck_assert_uint_eq(pstats(p).cache_evictions, ahead + 1);
+	ck_assert_int_eq(kvp_pool_free(p, &id, 1), 0);
+	ck_assert_int_eq(kvp_pool_free(p, ids, ahead), 0);
+	mcheck_ok(m);
+	free(c);
+	finish(p, m);
+}
+END_TEST
+
 static Suite *prefix_suite(void)
 {
 	Suite *s = suite_create("prefix");
@@ -2579,6 +2633,7 @@ static Suite *prefix_suite(void)
 	tcase_add_test(tc, test_parked_reset);
 	tcase_add_test(tc, test_parked_whole_pool);
 	tcase_add_test(tc, test_parked_thread_exit);
+	tcase_add_test(tc, test_evict_ahead);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("table");
