@@ -403,7 +403,12 @@ static int alloc_refill(struct kvp_pool *pool, struct tcache *tc, uint32_t c,
  * tell.  A small pool evicts exactly what it must.
  */
 #define KVP_EVICT_AHEAD_MAX 128u
+#ifndef KVP_FAULT_INJECTION
 #define KVP_EVICT_AHEAD_SHARE 256u
+#else
+/* The test builds (the model fuzz's small pools) evict ahead as well. */
+#define KVP_EVICT_AHEAD_SHARE 1u
+#endif
 
 static uint32_t evict_ahead(struct kvp_pool *pool,
 			    const struct pool_reclaimer *rc, struct tcache *tc,

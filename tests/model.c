@@ -218,6 +218,38 @@ uint64_t model_evictable(const struct model_pool *mp)
 	return n;
 }
 
+/* The least recently freed evictable block, or UINT32_MAX. */
+static uint32_t lru_evictable(const struct model_pool *mp)
+{
+	uint32_t lru = UINT32_MAX;
+
+	for (uint32_t b = 0; b < mp->num_blocks; b++)
+		if (mp->cached[b] && !mp->refs[b] &&
+		    (lru == UINT32_MAX || mp->freed_at[b] < mp->freed_at[lru]))
+			lru = b;
+	return lru;
+}
+
+bool model_evicted_ahead(struct model_pool *mp, const struct model_mgr *mm,
+			 const struct kvp_hash *h)
+{
+	uint32_t lru = lru_evictable(mp);
+
+	if (lru == UINT32_MAX || mp->owner[lru] != (const void *)mm ||
+	    memcmp(&mp->hash[lru], h, sizeof(*h)) != 0) {
+		model_fail(mp, "an eviction ahead of need removed another "
+			       "hash than the least recently freed block's "
+			       "(block %u)",
+			   lru);
+		return false;
+	}
+	emit(mp, mp->owner[lru], KVP_EVENT_REMOVED, &mp->hash[lru], NULL);
+	((struct model_mgr *)mp->owner[lru])->st.prefix_evictions++;
+	uncache(mp, lru);
+	mp->cache_evictions++;
+	return true;
+}
+
 /*
  * Takes n blocks the library chose.  Each must be in range and free (and
  * so distinct, as taking one makes it held); never-cached free blocks
@@ -264,14 +296,9 @@ static bool take_chosen(struct model_pool *mp, uint32_t n,
 	}
 	/* The evictions, least recently freed first. */
 	for (uint32_t k = 0; k < evict; k++) {
-		uint32_t lru = UINT32_MAX;
+		uint32_t lru = lru_evictable(mp);
 		bool taken = false;
 
-		for (uint32_t b = 0; b < mp->num_blocks; b++)
-			if (mp->cached[b] && !mp->refs[b] &&
-			    (lru == UINT32_MAX ||
-			     mp->freed_at[b] < mp->freed_at[lru]))
-				lru = b;
 		for (i = 0; i < n; i++)
 			taken |= chosen[i] == lru;
 		if (lru == UINT32_MAX || !taken) {

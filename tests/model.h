@@ -172,6 +172,18 @@ int model_prefix_reset(struct model_mgr *mm);
 /* Evictable blocks (cached, no reference). */
 uint64_t model_evictable(const struct model_pool *mp);
 
+/*
+ * The contract's approximate eviction order (DESIGN.md 2.3): an
+ * allocation may evict blocks ahead of its need into its thread's cache.
+ * Accepts, after a call, one more eviction the library reported (a
+ * REMOVED event of manager mm for hash h) if it is the least recently
+ * freed evictable block's: the block loses its hash and stays free
+ * (never-cached now), the model's own REMOVED event is recorded.
+ * Returns false (recorded) otherwise.
+ */
+bool model_evicted_ahead(struct model_pool *mp, const struct model_mgr *mm,
+			 const struct kvp_hash *h);
+
 /* --- admission, eviction --- */
 
 int model_admit(const struct model_mgr *mm, uint32_t tokens);
