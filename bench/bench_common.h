@@ -110,6 +110,15 @@ static inline bool bench_sync_stopped(struct bench_sync *s)
 	return atomic_load_explicit(&s->stop, memory_order_relaxed);
 }
 
+/* Worker: ends the window early for every worker (a workload that would
+ * run out of something if it ran for the whole window).  The rate stays
+ * ops over the time the loops ran.  Relaxed: the flag orders nothing, the
+ * others only poll it. */
+static inline void bench_sync_stop(struct bench_sync *s)
+{
+	atomic_store_explicit(&s->stop, 1, memory_order_relaxed);
+}
+
 /* Worker: has left the timed loop. */
 void bench_sync_done(struct bench_sync *s);
 

@@ -12,9 +12,12 @@
  *                 a pool with no prefix cache: every block comes from the
  *                 thread cache or the global stack and goes back there;
  *   fresh+commit  kvp_seq_create_cached with hashes never seen (a miss) +
- *                 kvp_seq_commit + kvp_seq_free on a pool large enough
- *                 that nothing is evicted during the window: the same
- *                 work as `evict` but allocating never-cached blocks;
+ *                 kvp_seq_commit + kvp_seq_free on a large pool of
+ *                 never-cached blocks: the same work as `evict` without
+ *                 the eviction.  Every op turns blocks into cached ones
+ *                 for good, so a thread that has used up its share ends
+ *                 the window early (its rate is over the shorter window,
+ *                 and the output says so) rather than start evicting;
  *   evict         the same op on a pool FULL of idle cached blocks (filled
  *                 before the window, so the pool's never-cached free blocks
  *                 are none): every block the create takes is an eviction
@@ -26,7 +29,8 @@
  * Each thread hashes its own stream (a cheap mix of thread, op and block:
  * no SHA-256 in the timed loop).  After each measurement of `evict` the
  * pool's cache_evictions must have grown by the blocks allocated (the run
- * dies otherwise), and kvp_manager_check must pass.  Each cell is
+ * dies otherwise; the totals are printed), and kvp_manager_check must
+ * pass.  Each cell is
  * measured --reps times, rep by rep, and the MEDIAN is reported with the
  * share of the CPU other processes took ("others").
  *
@@ -37,6 +41,7 @@
  * alone), and kvpool against the mutex peer.
  */
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -69,6 +74,13 @@ struct run {
 	struct mm_pool mp;
 	struct mm_mgr mm;
 	uint64_t evictions0;
+	uint64_t budget; /* ops per thread in the window, 0 = no limit */
+	/* A worker used up the budget: the window ended early. */
+	_Atomic bool cut;
+	/* Over all the measurements of `evict`: the pool's cache_evictions
+	 * and the blocks allocated. */
+	uint64_t evicted, evict_allocated;
+	unsigned cuts; /* fresh+commit windows that ended early */
 };
 
 /* Block i of op `op` of stream s: a cheap, well-mixed 32-byte hash. */
@@ -139,8 +151,15 @@ static void worker_main(struct bench_worker *w)
 	for (; i < WARMUP; i++)
 		one_op(r, s, i, h);
 	bench_sync_start(w->sync);
-	while (!bench_sync_stopped(w->sync))
+	while (!bench_sync_stopped(w->sync)) {
 		one_op(r, s, i++, h);
+		if (r->budget && i - WARMUP >= r->budget) {
+			atomic_store_explicit(&r->cut, true,
+					      memory_order_relaxed);
+			bench_sync_stop(w->sync);
+			break;
+		}
+	}
 	bench_sync_done(w->sync);
 	w->ops = i - WARMUP;
 	free(h);
@@ -191,10 +210,19 @@ static void setup(struct run *r)
 	int rc;
 
 	r->blocks = r->o->pool_blocks;
-	if (r->wl == WL_FRESH_COMMIT)
-		/* Never runs out of never-cached blocks in a window of up to
-		 * a second or so per thread (teardown checks it). */
-		r->blocks = (8u << 20) * r->nthreads;
+	r->budget = 0;
+	atomic_store_explicit(&r->cut, false, memory_order_relaxed);
+	if (r->wl == WL_FRESH_COMMIT) {
+		/* A pool that the common window rarely uses up, and a budget
+		 * that stops the window before any thread would evict: each
+		 * thread's share less an eighth for the blocks thread caches
+		 * hold and the warm-up (teardown checks nothing was
+		 * evicted). */
+		uint32_t share = 8u << 20;
+
+		r->blocks = share * r->nthreads;
+		r->budget = (share - share / 8) / r->o->per_op - WARMUP;
+	}
 	if (r->wl == WL_MUTEX) {
 		if ((rc = mm_pool_init(&r->mp, r->blocks, BLOCK_TOKENS)) != 0 ||
 		    (rc = mm_mgr_init(&r->mm, &r->mp, KVP_EVICT_LRU, 0,
@@ -240,6 +268,14 @@ static void teardown(struct run *r, uint64_t ops)
 	if (kvp_manager_check(r->m) != 0)
 		bench_die("kvp_manager_check failed after %s", wl_name[r->wl]);
 	kvp_pool_stats(r->pool, &st);
+	if (r->wl == WL_EVICT) {
+		r->evicted += st.cache_evictions - r->evictions0;
+		r->evict_allocated +=
+			(ops + WARMUP * r->nthreads) * r->o->per_op;
+	}
+	if (r->wl == WL_FRESH_COMMIT &&
+	    atomic_load_explicit(&r->cut, memory_order_relaxed))
+		r->cuts++;
 	if (r->wl == WL_EVICT &&
 	    st.cache_evictions - r->evictions0 <
 		    (ops + WARMUP * r->nthreads) * r->o->per_op)
@@ -371,6 +407,16 @@ int main(int argc, char **argv)
 			printf("\n");
 		}
 	bench_print_others_legend();
+	printf("evict: %llu cache evictions (the pool's cache_evictions) for "
+	       "%llu blocks allocated, over its %u runs\n",
+	       (unsigned long long)r.evicted,
+	       (unsigned long long)r.evict_allocated,
+	       c->reps * c->nthreads_list);
+	if (r.cuts)
+		printf("fresh+commit: %u of %u windows ended early (the "
+		       "never-cached blocks ran out): rate over the shorter "
+		       "window\n",
+		       r.cuts, c->reps * c->nthreads_list);
 
 	printf("\ntargets:\n");
 	i1 = bench_find_threads(c, 1);
