@@ -128,6 +128,15 @@ usage_status 2 bench --frobnicate 1
 grep -q "unknown option '--frobnicate'" "$tmp/stderr" &&
 	ok "unknown options are named" || bad "unknown option message: $(cat "$tmp/stderr")"
 
+# ---- a malformed capacity list: one line on stderr, status 2
+for caps in abc 400,,800 400, -1; do
+	usage_status 2 sim --requests 20 --sweep-capacity --compare mutex \
+		--capacities "$caps"
+	[ "$(wc -l <"$tmp/stderr")" -eq 1 ] &&
+		ok "--capacities $caps: one line" ||
+		bad "--capacities $caps: $(cat "$tmp/stderr")"
+done
+
 # ---- the capacity sweep: a header and policies x capacities rows
 "$kv" sim --trace "$small" --sweep-capacity --capacities 400,800,100000 \
 	>"$tmp/sweep.csv" 2>"$tmp/stderr"

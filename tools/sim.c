@@ -1244,25 +1244,33 @@ static const struct sim_result *median_of(struct sim_result *v, unsigned n)
 
 /* --------------------------------------------------------------- sweep */
 
+/* Returns -1 for an empty list, an empty item ("5,,6", "5,") or more
+ * than SIM_MAX_CAPACITIES items; exits 2 on an item that is not a count. */
 static int parse_capacities(const char *s, uint32_t *out, unsigned *n)
 {
-	char *copy = strdup(s), *save = NULL, *tok;
+	char *copy = strdup(s), *tok, *comma;
+	int rc = 0;
 
 	if (!copy)
 		bench_die("out of memory");
 	*n = 0;
-	for (tok = strtok_r(copy, ",", &save); tok;
-	     tok = strtok_r(NULL, ",", &save)) {
-		if (*n == SIM_MAX_CAPACITIES) {
-			free(copy);
-			return -1;
+	/* Not strtok_r, which would skip empty items silently. */
+	for (tok = copy;; tok = comma + 1) {
+		comma = strchr(tok, ',');
+		if (comma)
+			*comma = '\0';
+		if (*tok == '\0' || *n == SIM_MAX_CAPACITIES) {
+			rc = -1;
+			break;
 		}
 		/* 0: unlimited (the sweep puts the workload's size). */
 		out[(*n)++] = (uint32_t)bench_parse_ulong(
 			"--capacities", tok, 0, KVP_MAX_BLOCKS - 1);
+		if (!comma)
+			break;
 	}
 	free(copy);
-	return *n ? 0 : -1;
+	return rc;
 }
 
 /* Eight capacities from a tight pool (twice the largest request, or a
@@ -1397,10 +1405,14 @@ static int sweep_compare(const struct sim_opts *o, const struct workload *w,
 	if (o->plot) {
 		struct plot_series sr = {"kvpool / mutex", x, y, ncap};
 
+		/* gnuplot is optional: without it the table stands and
+		 * plot_png says why there is no plot; a plot that gnuplot
+		 * failed to write is an error. */
 		if (plot_png("kvpool sim", o->plot,
 			     "kvpool / mutex throughput against pool capacity",
 			     "pool blocks", "throughput ratio", PLOT_LOGX, &sr,
-			     1) != 0)
+			     1) != 0 &&
+		    plot_available())
 			rc = 1;
 	}
 	free(kv);
@@ -1421,6 +1433,7 @@ static int sweep(const struct sim_opts *o, const struct workload *w,
 	double *x, *y;
 	struct plot_series series[4];
 	struct sim_result *res;
+	int rc = 0;
 
 	if (o->capacities) {
 		if (parse_capacities(o->capacities, caps, &ncap) != 0) {
@@ -1476,14 +1489,18 @@ static int sweep(const struct sim_opts *o, const struct workload *w,
 						 y + p * ncap, ncap};
 	}
 	fflush(stdout);
-	if (o->plot)
-		plot_png("kvpool sim", o->plot,
-			 "prefix hit rate against pool capacity", "pool blocks",
-			 "hit rate (tokens)", PLOT_LOGX, series, npol);
+	/* As in sweep_compare: no gnuplot is not an error, a failed plot
+	 * is. */
+	if (o->plot &&
+	    plot_png("kvpool sim", o->plot,
+		     "prefix hit rate against pool capacity", "pool blocks",
+		     "hit rate (tokens)", PLOT_LOGX, series, npol) != 0 &&
+	    plot_available())
+		rc = 1;
 	free(res);
 	free(x);
 	free(y);
-	return 0;
+	return rc;
 }
 
 /* ------------------------------------------------------------- options */
