@@ -512,7 +512,8 @@ static int alloc_reclaim_once(struct kvp_pool *pool, struct tcache *tc,
 		if (got == n ||
 		    evict_into(pool, rc, tc, n - got,
 			       evict_ahead(pool, rc, tc, n - got), ids + got)) {
-			mark_allocated(pool, ids, n);
+			/* The evicted ones are held once already. */
+			mark_allocated(pool, ids, got);
 			return 0;
 		}
 		if (got)
@@ -526,7 +527,7 @@ static int alloc_reclaim_once(struct kvp_pool *pool, struct tcache *tc,
 			stack_push_ids(&pool->stack, pool->next, ids, k);
 		return -ENOSPC;
 	}
-	mark_allocated(pool, ids, n);
+	mark_allocated(pool, ids, k); /* as above */
 	return 0;
 }
 
