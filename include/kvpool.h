@@ -281,6 +281,10 @@ struct kvp_manager_config {
 	 * default 0.01.  Use a tiny positive value for none. */
 	float watermark;
 	uint32_t flags; /* KVP_PREFIX_CACHE or 0 */
+	/* Retention: at most this many of the manager's cached blocks are
+	 * pinned (KVP_RETAIN_PIN) at once; 0 = the default, a quarter of
+	 * the pool's blocks.  At most the pool's size. */
+	uint32_t max_pinned;
 };
 
 /* Manager flags. */
@@ -454,6 +458,8 @@ struct kvp_stats {
 	uint64_t prefix_cached_blocks; /* blocks this manager caches now */
 	uint64_t prefix_commits;   /* blocks registered by kvp_seq_commit */
 	uint64_t prefix_evictions; /* its cached blocks evicted by the pool */
+	uint64_t prefix_pinned;	   /* its cached blocks pinned now */
+	uint64_t retention_clock;  /* its retention clock (kvp_manager_tick) */
 };
 
 /*
@@ -633,6 +639,76 @@ KVP_API int kvp_seq_create_cached(struct kvp_manager *m, uint64_t seq,
  */
 KVP_API int kvp_seq_commit(struct kvp_manager *m, uint64_t seq,
 			   const struct kvp_hash *hashes, uint32_t nhashes);
+
+/*
+ * Retention (TensorRT-LLM's KvCacheRetentionConfig, DESIGN.md 2.3).  A
+ * cached block has a retention priority from KVP_RETAIN_DEFAULT (0) to
+ * KVP_RETAIN_PIN (15).  When an allocation must evict, it takes idle
+ * cached blocks of the lowest priority first, least recently freed first
+ * within a priority (as without retention); so a block is evicted only
+ * when no idle block of a lower priority is left.  Pinned blocks
+ * (KVP_RETAIN_PIN) are the last to go; a manager pins at most
+ * kvp_manager_config.max_pinned of them.
+ *
+ * A priority may last `duration` ticks of the manager's retention clock,
+ * a logical clock the caller advances (kvp_manager_tick, e.g. once per
+ * scheduler step; it starts at 0); then the block falls back to the
+ * default priority, and joins the default priority's eviction order as
+ * if just released.
+ */
+#define KVP_RETAIN_DEFAULT 0u
+#define KVP_RETAIN_MAX 14u /* the highest priority below a pin */
+#define KVP_RETAIN_PIN 15u /* pinned: capped per manager */
+
+/*
+ * Tokens [first_token, first_token + num_tokens) of a sequence (num_tokens
+ * 0: to the end) at `priority` for `duration` ticks (0: until evicted or
+ * reset).  A block takes the priority of the ranges that cover all of its
+ * tokens, the highest if several do (and of those the longest duration);
+ * blocks no range covers take the default.
+ */
+struct kvp_retention {
+	uint32_t first_token, num_tokens;
+	uint32_t priority; /* KVP_RETAIN_DEFAULT .. KVP_RETAIN_PIN */
+	uint64_t duration; /* retention-clock ticks; 0 = no expiry */
+};
+
+/*
+ * kvp_seq_commit with retention: the blocks it registers take their
+ * priority from ranges[0..nranges) (none: the default), and blocks of the
+ * sequence already cached by this manager (its prefix-cache hits, blocks
+ * a fork sibling committed) are raised to it if it is higher than theirs
+ * now, or get the later expiry if it is the same; a commit never lowers
+ * a priority.  A block that would be pinned past the manager's cap gets
+ * KVP_RETAIN_MAX instead and is counted in *unpinned (if not NULL; set
+ * to 0 first).  Returns the blocks newly registered (as kvp_seq_commit),
+ * or -EINVAL (as kvp_seq_commit, or ranges NULL with nranges > 0, a
+ * priority above KVP_RETAIN_PIN), -ENOENT, -ENOMEM.
+ */
+KVP_API int kvp_seq_commit_retained(struct kvp_manager *m, uint64_t seq,
+				    const struct kvp_hash *hashes,
+				    uint32_t nhashes,
+				    const struct kvp_retention *ranges,
+				    uint32_t nranges, uint32_t *unpinned);
+
+/*
+ * Advances the manager's retention clock by `steps` ticks (0 allowed) and
+ * returns idle blocks whose retention expired to the default priority;
+ * the new time in *now if not NULL.  Errors: -EINVAL (NULL m, no prefix
+ * cache), -ERANGE (the clock would pass 2^56 - 1; nothing changed).
+ */
+KVP_API int kvp_manager_tick(struct kvp_manager *m, uint64_t steps,
+			     uint64_t *now);
+
+/*
+ * The retention of the block the manager caches under *hash: its priority
+ * now and when it expires (0: never, or the default priority).  A
+ * snapshot: the block may be evicted or raised right after.  Errors:
+ * -EINVAL (NULL argument, no prefix cache), -ENOENT (not cached).
+ */
+KVP_API int kvp_prefix_retention(struct kvp_manager *m,
+				 const struct kvp_hash *hash,
+				 uint32_t *priority, uint64_t *expires);
 
 /*
  * Forgets every cached block of the manager (vLLM's reset_prefix_cache,

@@ -708,16 +708,57 @@ KVP_API int kvp_seq_create_cached(struct kvp_manager *m, uint64_t id,
  * two. */
 #define KVP_COMMIT_AHEAD 16
 
-KVP_API int kvp_seq_commit(struct kvp_manager *m, uint64_t id,
-			   const struct kvp_hash *hashes, uint32_t nhashes)
+/*
+ * The retention word of block i of a sequence under ranges[0..nranges)
+ * (kvpool.h, struct kvp_retention): the highest priority of the ranges
+ * covering all of its tokens, the longest duration among those.
+ */
+static uint64_t block_retention(struct kvp_manager *m, uint32_t i,
+				const struct kvp_retention *ranges,
+				uint32_t nranges)
+{
+	uint64_t first = (uint64_t)i * m->block_tokens,
+		 end = first + m->block_tokens, duration = 0;
+	uint32_t prio = KVP_RETAIN_DEFAULT;
+
+	for (uint32_t r = 0; r < nranges; r++) {
+		uint64_t rend = ranges[r].num_tokens
+					? (uint64_t)ranges[r].first_token +
+						  ranges[r].num_tokens
+					: UINT64_MAX;
+
+		if (ranges[r].first_token > first || rend < end ||
+		    ranges[r].priority < prio)
+			continue;
+		if (ranges[r].priority > prio)
+			duration = ranges[r].duration;
+		else if (duration && (!ranges[r].duration ||
+				      ranges[r].duration > duration))
+			duration = ranges[r].duration;
+		prio = ranges[r].priority;
+	}
+	return prefix_retain_word(&m->prefix, prio, duration);
+}
+
+/* kvp_seq_commit and kvp_seq_commit_retained. */
+static int seq_commit(struct kvp_manager *m, uint64_t id,
+		      const struct kvp_hash *hashes, uint32_t nhashes,
+		      const struct kvp_retention *ranges, uint32_t nranges,
+		      uint32_t *unpinned)
 {
 	uint64_t keys[KVP_COMMIT_AHEAD]; /* of blocks [i, i + AHEAD) */
 	struct kvp_seq *s;
-	uint32_t upto, run = 0, i;
+	uint32_t upto, run = 0, i, refused = 0;
 	int err = 0, added = 0;
 
-	if (!m || (!hashes && nhashes) || !(m->flags & KVP_PREFIX_CACHE))
+	if (unpinned)
+		*unpinned = 0;
+	if (!m || (!hashes && nhashes) || !(m->flags & KVP_PREFIX_CACHE) ||
+	    (!ranges && nranges))
 		return -EINVAL;
+	for (uint32_t r = 0; r < nranges; r++)
+		if (ranges[r].priority > KVP_RETAIN_PIN)
+			return -EINVAL;
 	s = seq_acquire(m, id);
 	if (!s)
 		return -ENOENT;
@@ -729,6 +770,11 @@ KVP_API int kvp_seq_commit(struct kvp_manager *m, uint64_t id,
 	if (upto > nhashes)
 		upto = nhashes;
 	prefix_store_begin(&m->prefix);
+	/* Blocks committed before (hits, a fork sibling's) keep their
+	 * priority unless this commit raises it. */
+	for (i = 0; nranges && i < s->committed && i < upto; i++)
+		prefix_raise(&m->prefix, s->blocks[i],
+			     block_retention(m, i, ranges, nranges), &refused);
 	for (i = s->committed; i < upto && i < s->committed + KVP_COMMIT_AHEAD;
 	     i++)
 		keys[i % KVP_COMMIT_AHEAD] =
@@ -744,12 +790,18 @@ KVP_API int kvp_seq_commit(struct kvp_manager *m, uint64_t id,
 		if (ahead < upto)
 			keys[ahead % KVP_COMMIT_AHEAD] = prefix_store_prepare(
 				&m->prefix, s->blocks[ahead], &hashes[ahead]);
-		r = prefix_store(&m->prefix, s->blocks[i], &hashes[i], key);
+		uint64_t retain =
+			nranges ? block_retention(m, i, ranges, nranges) : 0;
 
+		r = prefix_store(&m->prefix, s->blocks[i], &hashes[i], key,
+				 retain, &refused);
 		if (r == 1) {
 			added++;
 			continue;
 		}
+		if (r == 0 && retain)
+			prefix_raise(&m->prefix, s->blocks[i], retain,
+				     &refused);
 		if (i > run)
 			prefix_emit(&m->prefix, KVP_EVENT_STORED, hashes + run, i - run,
 				    run ? &hashes[run - 1] : NULL);
@@ -769,7 +821,42 @@ KVP_API int kvp_seq_commit(struct kvp_manager *m, uint64_t id,
 	if (added) {
 		stat_add(m, prefix_commits, added);
 	}
+	if (unpinned)
+		*unpinned = refused;
 	return err ? err : added;
+}
+
+KVP_API int kvp_seq_commit(struct kvp_manager *m, uint64_t id,
+			   const struct kvp_hash *hashes, uint32_t nhashes)
+{
+	return seq_commit(m, id, hashes, nhashes, NULL, 0, NULL);
+}
+
+KVP_API int kvp_seq_commit_retained(struct kvp_manager *m, uint64_t id,
+				    const struct kvp_hash *hashes,
+				    uint32_t nhashes,
+				    const struct kvp_retention *ranges,
+				    uint32_t nranges, uint32_t *unpinned)
+{
+	return seq_commit(m, id, hashes, nhashes, ranges, nranges, unpinned);
+}
+
+KVP_API int kvp_manager_tick(struct kvp_manager *m, uint64_t steps,
+			     uint64_t *now)
+{
+	if (!m || !(m->flags & KVP_PREFIX_CACHE))
+		return -EINVAL;
+	return prefix_tick(&m->prefix, steps, now);
+}
+
+KVP_API int kvp_prefix_retention(struct kvp_manager *m,
+				 const struct kvp_hash *hash,
+				 uint32_t *priority, uint64_t *expires)
+{
+	if (!m || !hash || !priority || !expires ||
+	    !(m->flags & KVP_PREFIX_CACHE))
+		return -EINVAL;
+	return prefix_retention(&m->prefix, hash, priority, expires);
 }
 
 KVP_API int kvp_prefix_reset(struct kvp_manager *m)
@@ -1288,6 +1375,8 @@ static int validate_manager_config(const struct kvp_manager_config *cfg)
 		return -EINVAL;
 	if (cfg->flags & ~KVP_MANAGER_KNOWN_FLAGS)
 		return -EINVAL;
+	if (cfg->max_pinned > cfg->pool->num_blocks)
+		return -EINVAL;
 	return 0;
 }
 
@@ -1360,7 +1449,9 @@ KVP_API int kvp_manager_create(const struct kvp_manager_config *cfg,
 					  : KVP_DEFAULT_WATERMARK;
 	m->flags = cfg->flags;
 	if (m->flags & KVP_PREFIX_CACHE)
-		err = prefix_cache_init(&m->prefix, pool);
+		err = prefix_cache_init(&m->prefix, pool,
+					cfg->max_pinned ? cfg->max_pinned
+							: pool->num_blocks / 4);
 	if (err) {
 		seqmap_fini(&m->map);
 		kvp_pool_unref(pool);
@@ -1440,7 +1531,8 @@ KVP_API void kvp_manager_stats(struct kvp_manager *m, struct kvp_stats *st)
 						(double)st->prefix_queries
 				      : 0.0;
 	prefix_cache_stats(&m->prefix, &st->prefix_cached_blocks,
-			   &st->prefix_evictions);
+			   &st->prefix_evictions, &st->prefix_pinned,
+			   &st->retention_clock);
 	st->prefix_commits = STAT(m, prefix_commits);
 }
 

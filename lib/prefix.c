@@ -84,6 +84,29 @@
  * count is exact at quiescence; while threads run it may lag by the
  * releases in flight.
  *
+ * Retention.  Each cached block has a retention word (priority and
+ * expiry, struct prefix_block), and the pool one evictable list per
+ * priority, with a bitmap of the non-empty ones; level[b] says which
+ * list b is in.  A release links a block (or moves its run) at the tail
+ * of the list of its priority at that moment, an expired word being
+ * demoted to the default on the way; the evictor walks the lists from
+ * the lowest priority up, so it never claims a block while an idle
+ * block of a lower priority stays linked.  (A block of a lower priority
+ * may sit in a higher list only while held: a hit revives without
+ * unlinking, a commit raises a held block, and its last holder's release
+ * relinks it where its word says.)  A word changes only by CAS-free
+ * writes on an uncached block held by its registrar (prefix_store), by
+ * CAS under the store lock (prefix_raise, whose caller holds the block)
+ * or under the list lock (demotions), and by the exchange that clears
+ * it when the block's slot goes (slot_forget); each of these that
+ * replaces a pin uncounts it, each that writes one counts it.  Expiry is
+ * lazy: the word keeps its priority past its expiry, retain_level()
+ * reads it as the default, and a release or prefix_tick's sweep (which
+ * runs only when the clock passed the earliest expiry among the
+ * manager's idle timed blocks, retain_next, kept under the list lock)
+ * moves the block to the default list.  The word is a hint for the
+ * order only: the state word alone decides revive against evict.
+ *
  * Lock order: a manager's event lock, its store lock, the pool's list
  * lock.
  */
@@ -112,7 +135,42 @@
 struct prefix_block {
 	_Atomic uint64_t hash[4];
 	_Atomic(struct prefix_cache *) owner;
+	/* Its retention (retain_make()): 0 for the default priority.
+	 * Written by commits (store lock), demotions (list lock) and
+	 * evictions (the claimer); atomic, see "Retention" above. */
+	_Atomic uint64_t retain;
 } __attribute__((aligned(KVP_CACHELINE)));
+
+/*
+ * A retention word: the priority in the top 8 bits, the expiry (a time
+ * of the owner's retention clock; 0: none) in the low 56.
+ */
+#define KVP_RETAIN_LEVELS (KVP_RETAIN_PIN + 1)
+#define KVP_RETAIN_EXPIRY_MASK ((1ull << 56) - 1)
+
+static inline uint64_t retain_make(uint32_t prio, uint64_t expiry)
+{
+	return ((uint64_t)prio << 56) | (expiry & KVP_RETAIN_EXPIRY_MASK);
+}
+
+static inline uint32_t retain_prio(uint64_t w)
+{
+	return (uint32_t)(w >> 56);
+}
+
+static inline uint64_t retain_expiry(uint64_t w)
+{
+	return w & KVP_RETAIN_EXPIRY_MASK;
+}
+
+/* The priority w gives at time now: its own until it expires, then the
+ * default. */
+static inline uint32_t retain_level(uint64_t w, uint64_t now)
+{
+	uint64_t e = retain_expiry(w);
+
+	return e && now >= e ? KVP_RETAIN_DEFAULT : retain_prio(w);
+}
 
 /*
  * The reclaimer state of a pool (pool.h's struct pool_reclaimer): one per
@@ -126,10 +184,18 @@ struct prefix_pool {
 	 * (The array pointers are read-only.) */
 	struct prefix_block *blk;
 	uint32_t *prev;
-	/* The evictable list (lock), least recently freed at head, on its
-	 * own cache line. */
+	/* level[b]: the list b is linked in, or was last (lock). */
+	uint8_t *level;
+	/* The evictable lists (lock), one per retention priority, least
+	 * recently freed at each head, and the bitmap of the non-empty
+	 * ones, on their own cache lines. */
 	kvp_cacheline_aligned pthread_mutex_t lock;
-	uint32_t head, tail;
+	uint32_t nonempty;
+	uint32_t head[KVP_RETAIN_LEVELS], tail[KVP_RETAIN_LEVELS];
+	/* Set (under the lock, never cleared) once a block was committed
+	 * above the default priority: until then releases read no
+	 * retention word.  Relaxed: read under the lock. */
+	_Atomic bool retained;
 	/* Counts hits write (relaxed), on a line of their own: blocks in
 	 * state CACHED|0 (see the argument above), and revivals by hits.
 	 * Blocks released into the evictable state are not counted: they
@@ -281,32 +347,38 @@ static bool list_linked(struct prefix_pool *pp, uint32_t b)
 static void list_unlink(struct kvp_pool *pool, struct prefix_pool *pp,
 			uint32_t b)
 {
-	uint32_t p = pp->prev[b], n;
+	uint32_t p = pp->prev[b], n, l = pp->level[b];
 
 	if (p == KVP_UNLINKED)
 		return;
 	n = link_next(pool, b);
 	if (p == KVP_NIL)
-		pp->head = n;
+		pp->head[l] = n;
 	else
 		set_next(pool, p, n);
 	if (n == KVP_NIL)
-		pp->tail = p;
+		pp->tail[l] = p;
 	else
 		pp->prev[n] = p;
 	pp->prev[b] = KVP_UNLINKED;
+	if (pp->head[l] == KVP_NIL)
+		pp->nonempty &= ~(1u << l);
 }
 
+/* Links b at the tail of list l. */
 static void list_append(struct kvp_pool *pool, struct prefix_pool *pp,
-			uint32_t b)
+			uint32_t b, uint32_t l)
 {
 	set_next(pool, b, KVP_NIL);
-	pp->prev[b] = pp->tail;
-	if (pp->tail == KVP_NIL)
-		pp->head = b;
-	else
-		set_next(pool, pp->tail, b);
-	pp->tail = b;
+	pp->prev[b] = pp->tail[l];
+	pp->level[b] = (uint8_t)l;
+	if (pp->tail[l] == KVP_NIL) {
+		pp->head[l] = b;
+		pp->nonempty |= 1u << l;
+	} else {
+		set_next(pool, pp->tail[l], b);
+	}
+	pp->tail[l] = b;
 }
 
 /*
@@ -390,15 +462,18 @@ static int prefix_pool_make(struct kvp_pool *pool, void **ctx)
 	pp->blk = kvp_malloc_aligned(KVP_CACHELINE,
 				     (size_t)n * sizeof(*pp->blk));
 	pp->prev = kvp_malloc((size_t)n * sizeof(*pp->prev));
+	pp->level = kvp_malloc((size_t)n * sizeof(*pp->level));
 	/* Hits read blk[] at random (a cached block's id is anyone's):
 	 * huge pages spare them a TLB miss each in a large pool. */
 	if (pp->blk)
 		kvp_advise_huge(pp->blk, (size_t)n * sizeof(*pp->blk));
-	if (!pp->blk || !pp->prev || list_lock_init(&pp->lock) != 0) {
+	if (!pp->blk || !pp->prev || !pp->level ||
+	    list_lock_init(&pp->lock) != 0) {
 		if (pp->blk)
 			kvp_free_aligned(pp->blk, KVP_CACHELINE,
 					 (size_t)n * sizeof(*pp->blk));
 		kvp_free(pp->prev, (size_t)n * sizeof(*pp->prev));
+		kvp_free(pp->level, (size_t)n * sizeof(*pp->level));
 		kvp_free_aligned(pp, KVP_CACHELINE, sizeof(*pp));
 		return -ENOMEM;
 	}
@@ -406,9 +481,14 @@ static int prefix_pool_make(struct kvp_pool *pool, void **ctx)
 		atomic_init(&pp->blk[b].owner, NULL);
 		for (int i = 0; i < 4; i++)
 			atomic_init(&pp->blk[b].hash[i], 0);
+		atomic_init(&pp->blk[b].retain, 0);
 		pp->prev[b] = KVP_UNLINKED;
+		pp->level[b] = KVP_RETAIN_DEFAULT;
 	}
-	pp->head = pp->tail = KVP_NIL;
+	for (uint32_t l = 0; l < KVP_RETAIN_LEVELS; l++)
+		pp->head[l] = pp->tail[l] = KVP_NIL;
+	pp->nonempty = 0;
+	atomic_init(&pp->retained, false);
 	atomic_init(&pp->evictable, 0);
 	atomic_init(&pp->evictions, 0);
 	atomic_init(&pp->revived, 0);
@@ -426,26 +506,90 @@ static void prefix_pool_free(void *ctx)
 	pthread_mutex_destroy(&pp->lock);
 	kvp_free_aligned(pp->blk, KVP_CACHELINE, (size_t)n * sizeof(*pp->blk));
 	kvp_free(pp->prev, (size_t)n * sizeof(*pp->prev));
+	kvp_free(pp->level, (size_t)n * sizeof(*pp->level));
 	kvp_free_aligned(pp, KVP_CACHELINE, sizeof(*pp));
 }
 
-/* Moves the run first..last (linked, in order) to the tail.  Lock held. */
+/* Moves the run first..last (linked, in order, in one list) to the tail
+ * of its list.  Lock held. */
 static void list_move_run(struct kvp_pool *pool, struct prefix_pool *pp,
 			  uint32_t first, uint32_t last)
 {
-	uint32_t p = pp->prev[first], nx = link_next(pool, last);
+	uint32_t p = pp->prev[first], nx = link_next(pool, last),
+		 l = pp->level[first];
 
 	if (nx == KVP_NIL)
 		return; /* already the tail */
 	if (p == KVP_NIL)
-		pp->head = nx;
+		pp->head[l] = nx;
 	else
 		set_next(pool, p, nx);
 	pp->prev[nx] = p;
-	set_next(pool, pp->tail, first);
-	pp->prev[first] = pp->tail;
+	set_next(pool, pp->tail[l], first);
+	pp->prev[first] = pp->tail[l];
 	set_next(pool, last, KVP_NIL);
-	pp->tail = last;
+	pp->tail[l] = last;
+}
+
+/* Lowers *at to v if v is below it (relaxed: under the list lock). */
+static void atomic_lower(_Atomic uint64_t *at, uint64_t v)
+{
+	uint64_t cur = atomic_load_explicit(at, memory_order_relaxed);
+
+	while (v < cur && !atomic_compare_exchange_weak_explicit(
+				  at, &cur, v, memory_order_relaxed,
+				  memory_order_relaxed))
+		;
+}
+
+/*
+ * Takes b's retention word from w to the default priority (list lock or
+ * the caller holding b): whoever clears a pin uncounts it.  Returns
+ * false if w was no longer b's word.
+ */
+static bool retain_demote(struct prefix_block *blk, struct prefix_cache *pc,
+			  uint64_t w)
+{
+	/* Relaxed: the word orders nothing but itself. */
+	if (!atomic_compare_exchange_strong_explicit(
+		    &blk->retain, &w, 0, memory_order_relaxed,
+		    memory_order_relaxed))
+		return false;
+	if (retain_prio(w) == KVP_RETAIN_PIN && pc)
+		atomic_fetch_sub_explicit(&pc->pinned, 1,
+					  memory_order_relaxed);
+	return true;
+}
+
+/*
+ * The list a cached block going idle joins (lock held): its priority
+ * now.  An expired word is demoted on the way; a timed one lowers its
+ * owner's next expiry (see "Retention" above).
+ */
+static uint32_t idle_level(struct prefix_pool *pp, uint32_t b)
+{
+	struct prefix_block *blk = &pp->blk[b];
+	/* Relaxed: a hint for the order; the state word decides races. */
+	uint64_t w = atomic_load_explicit(&blk->retain, memory_order_relaxed);
+	struct prefix_cache *pc;
+	uint64_t now;
+
+	if (w == 0)
+		return KVP_RETAIN_DEFAULT;
+	if (retain_expiry(w) == 0)
+		return retain_prio(w);
+	/* A CACHED block under the list lock keeps its owner, which cannot
+	 * be destroyed before it clears the block (under this lock). */
+	pc = atomic_load_explicit(&blk->owner, memory_order_relaxed);
+	if (!pc)
+		return KVP_RETAIN_DEFAULT;
+	now = atomic_load_explicit(&pc->retain_now, memory_order_relaxed);
+	if (retain_level(w, now) == KVP_RETAIN_DEFAULT) {
+		(void)retain_demote(blk, pc, w);
+		return KVP_RETAIN_DEFAULT;
+	}
+	atomic_lower(&pc->retain_next, retain_expiry(w));
+	return retain_prio(w);
 }
 
 /*
@@ -459,12 +603,15 @@ static void prefix_release(void *ctx, const uint32_t *ids, uint32_t n)
 {
 	struct prefix_pool *pp = ctx;
 	struct kvp_pool *pool = pp->pool;
+	bool retained;
 
 	/* Relaxed: a count; the state word orders the transitions. */
 	atomic_fetch_add_explicit(&pp->evictable, n, memory_order_relaxed);
 	pp_lock(pp);
+	/* Relaxed: set under the lock we hold. */
+	retained = atomic_load_explicit(&pp->retained, memory_order_relaxed);
 	for (uint32_t i = 0, j; i < n; i = j + 1) {
-		uint32_t b = ids[i];
+		uint32_t b = ids[i], l;
 
 		j = i;
 		if (!list_linked(pp, b)) {
@@ -475,11 +622,20 @@ static void prefix_release(void *ctx, const uint32_t *ids, uint32_t n)
 			if (atomic_load_explicit(&pool->state[b],
 						 memory_order_relaxed) &
 			    KVP_ST_CACHED)
-				list_append(pool, pp, b);
+				list_append(pool, pp, b,
+					    retained ? idle_level(pp, b)
+						     : KVP_RETAIN_DEFAULT);
 			/* else prefix_clear took it meanwhile */
 			continue;
 		}
-		while (j + 1 < n && link_next(pool, ids[j]) == ids[j + 1])
+		l = retained ? idle_level(pp, b) : KVP_RETAIN_DEFAULT;
+		if (l != pp->level[b]) {
+			list_unlink(pool, pp, b);
+			list_append(pool, pp, b, l);
+			continue;
+		}
+		while (j + 1 < n && link_next(pool, ids[j]) == ids[j + 1] &&
+		       (!retained || idle_level(pp, ids[j + 1]) == l))
 			j++;
 		list_move_run(pool, pp, b, ids[j]);
 	}
@@ -520,7 +676,12 @@ void prefix_unhit(struct kvp_pool *pool, const uint32_t *blocks, uint32_t n)
 			/* Still linked: back in its old place, as if never
 			 * hit; else (an evictor passed it) at the tail. */
 			if (!list_linked(pp, b))
-				list_append(pool, pp, b);
+				list_append(pool, pp, b,
+					    atomic_load_explicit(
+						    &pp->retained,
+						    memory_order_relaxed)
+						    ? idle_level(pp, b)
+						    : KVP_RETAIN_DEFAULT);
 		}
 		pp_unlock(pp);
 	}
@@ -559,17 +720,21 @@ static struct prefix_table *table_of(struct prefix_cache *pc)
 static void table_delete(struct prefix_cache *pc, struct prefix_pool *pp,
 			 uint32_t b, uint64_t key);
 
-/* Puts block b back at the head of the evictable list (lock held). */
+/* Puts block b back at the head of the list it was in (lock held). */
 static void list_push_head(struct kvp_pool *pool, struct prefix_pool *pp,
 			   uint32_t b)
 {
-	set_next(pool, b, pp->head);
+	uint32_t l = pp->level[b];
+
+	set_next(pool, b, pp->head[l]);
 	pp->prev[b] = KVP_NIL;
-	if (pp->head == KVP_NIL)
-		pp->tail = b;
-	else
-		pp->prev[pp->head] = b;
-	pp->head = b;
+	if (pp->head[l] == KVP_NIL) {
+		pp->tail[l] = b;
+		pp->nonempty |= 1u << l;
+	} else {
+		pp->prev[pp->head[l]] = b;
+	}
+	pp->head[l] = b;
 }
 
 static uint32_t prefix_evict(void *ctx, uint32_t min, uint32_t max,
@@ -590,24 +755,33 @@ static uint32_t prefix_evict(void *ctx, uint32_t min, uint32_t max,
 	 * the argument at the top (destroyed managers outlive it). */
 	kvp_rcu_read_lock();
 	pp_lock(pp);
-	/* One pass from the head: claim idle blocks and unlink them, and
-	 * unlink held ones passed on the way (their holders relink them at
-	 * release). */
-	for (b = pp->head; b != KVP_NIL && got < max; b = nx) {
-		_Atomic uint32_t *st = &pool->state[b];
-		/* Acquire: the releaser's writes to the block happen before
-		 * our caller's reuse (pairs with the release decrements). */
-		uint32_t s = atomic_load_explicit(st, memory_order_acquire);
+	/* One pass from the head of the lowest priority's list up: claim
+	 * idle blocks and unlink them, and unlink held ones passed on the
+	 * way (their holders relink them at release).  A higher priority's
+	 * list is entered only while fewer than min are claimed, so the
+	 * extras up to max come from the priority that gave the min-th. */
+	for (uint32_t levels = pp->nonempty; levels && got < min;
+	     levels &= levels - 1) {
+		for (b = pp->head[__builtin_ctz(levels)];
+		     b != KVP_NIL && got < max; b = nx) {
+			_Atomic uint32_t *st = &pool->state[b];
+			/* Acquire: the releaser's writes to the block happen
+			 * before our caller's reuse (pairs with the release
+			 * decrements). */
+			uint32_t s =
+				atomic_load_explicit(st, memory_order_acquire);
 
-		nx = link_next(pool, b);
-		while (refs_of(s) == 0 &&
-		       !atomic_compare_exchange_weak_explicit(
-			       st, &s, s | KVP_ST_EVICTING,
-			       memory_order_acquire, memory_order_acquire))
-			;
-		if (refs_of(s) == 0)
-			ids[got++] = b; /* claimed */
-		list_unlink(pool, pp, b);
+			nx = link_next(pool, b);
+			while (refs_of(s) == 0 &&
+			       !atomic_compare_exchange_weak_explicit(
+				       st, &s, s | KVP_ST_EVICTING,
+				       memory_order_acquire,
+				       memory_order_acquire))
+				;
+			if (refs_of(s) == 0)
+				ids[got++] = b; /* claimed */
+			list_unlink(pool, pp, b);
+		}
 	}
 	if (got < min) {
 		/* Not enough: give the claims back, at the head in their old
@@ -727,27 +901,42 @@ static int prefix_check_pool(void *ctx)
 	struct prefix_pool *pp = ctx;
 	struct kvp_pool *pool = pp->pool;
 	uint64_t linked = 0, idle = 0;
-	uint32_t prev = KVP_NIL;
 
-	for (uint32_t b = pp->head; b != KVP_NIL; b = link_next(pool, b)) {
-		if (b >= pool->num_blocks)
-			check_fail("evictable list link %u out of range\n", b);
-		if (pp->prev[b] != prev)
-			check_fail("evictable list: block %u's back link is "
-				   "%u, not %u\n",
-				   b, pp->prev[b], prev);
-		if (!(atomic_load_explicit(&pool->state[b],
-					   memory_order_relaxed) &
-		      KVP_ST_CACHED))
-			check_fail("uncached block %u on the evictable list\n",
-				   b);
-		if (++linked > pool->num_blocks)
-			check_fail("cycle in the evictable list\n");
-		prev = b;
+	for (uint32_t l = 0; l < KVP_RETAIN_LEVELS; l++) {
+		uint32_t prev = KVP_NIL;
+
+		for (uint32_t b = pp->head[l]; b != KVP_NIL;
+		     b = link_next(pool, b)) {
+			if (b >= pool->num_blocks)
+				check_fail("evictable list link %u out of "
+					   "range\n",
+					   b);
+			if (pp->prev[b] != prev || pp->level[b] != l)
+				check_fail("evictable list %u: block %u's "
+					   "back link is %u (list %u), not "
+					   "%u\n",
+					   l, b, pp->prev[b], pp->level[b],
+					   prev);
+			if (!(atomic_load_explicit(&pool->state[b],
+						   memory_order_relaxed) &
+			      KVP_ST_CACHED))
+				check_fail("uncached block %u on the "
+					   "evictable list\n",
+					   b);
+			if (++linked > pool->num_blocks)
+				check_fail("cycle in the evictable list\n");
+			prev = b;
+		}
+		if (pp->tail[l] != prev)
+			check_fail("evictable list %u: tail %u, last block "
+				   "%u\n",
+				   l, pp->tail[l], prev);
+		if (((pp->nonempty >> l) & 1) != (prev != KVP_NIL))
+			check_fail("evictable list %u: the bitmap says %s\n",
+				   l,
+				   (pp->nonempty >> l) & 1 ? "non-empty"
+							   : "empty");
 	}
-	if (pp->tail != prev)
-		check_fail("evictable list tail %u, last block %u\n", pp->tail,
-			   prev);
 	for (uint32_t b = 0; b < pool->num_blocks; b++) {
 		uint32_t s = atomic_load_explicit(&pool->state[b],
 						  memory_order_relaxed);
@@ -764,6 +953,9 @@ static int prefix_check_pool(void *ctx)
 				   b);
 		if (!cached && list_linked(pp, b))
 			check_fail("uncached block %u is linked\n", b);
+		if (!cached && atomic_load_explicit(&pp->blk[b].retain,
+						    memory_order_relaxed))
+			check_fail("uncached block %u keeps a retention\n", b);
 		if (cached && refs_of(s) == 0) {
 			idle++;
 			if (!list_linked(pp, b))
@@ -894,9 +1086,17 @@ static int64_t table_find_block(const struct prefix_table *t, uint32_t b,
 static void slot_forget(struct prefix_cache *pc, struct prefix_table *t,
 			struct prefix_pool *pp, uint64_t i, uint32_t b)
 {
+	uint64_t w;
+
 	t->live--;
 	store_count(&pc->cached, -1);
 	atomic_store_explicit(&pp->blk[b].owner, NULL, memory_order_relaxed);
+	/* An uncached block has the default priority; a pin goes with it.
+	 * Relaxed: the word orders nothing but itself. */
+	w = atomic_exchange_explicit(&pp->blk[b].retain, 0,
+				     memory_order_relaxed);
+	if (retain_prio(w) == KVP_RETAIN_PIN)
+		atomic_fetch_sub_explicit(&pc->pinned, 1, memory_order_relaxed);
 	/* Relaxed stores: a reader that reads the old entry is stale anyway
 	 * (the state word decides), and one that reads EMPTY stops where
 	 * nothing it may look for lies beyond. */
@@ -969,7 +1169,8 @@ static int table_rebuild(struct prefix_cache *pc)
 	return 0;
 }
 
-int prefix_cache_init(struct prefix_cache *pc, struct kvp_pool *pool)
+int prefix_cache_init(struct prefix_cache *pc, struct kvp_pool *pool,
+		      uint32_t max_pinned)
 {
 	struct prefix_table *t;
 	int err;
@@ -977,8 +1178,12 @@ int prefix_cache_init(struct prefix_cache *pc, struct kvp_pool *pool)
 	memset(pc, 0, sizeof(*pc));
 	pc->pool = pool;
 	pc->block_tokens = pool->block_tokens;
+	pc->max_pinned = max_pinned;
 	atomic_init(&pc->cached, 0);
 	atomic_init(&pc->evictions, 0);
+	atomic_init(&pc->retain_now, 0);
+	atomic_init(&pc->retain_next, UINT64_MAX);
+	atomic_init(&pc->pinned, 0);
 	if (pthread_mutex_init(&pc->event_lock, NULL) != 0)
 		return -ENOMEM;
 	/* Adaptive as the list lock (see list_lock_init): commits hold it
@@ -1032,11 +1237,13 @@ void prefix_set_event_sink(struct prefix_cache *pc, kvp_event_cb cb,
 }
 
 void prefix_cache_stats(struct prefix_cache *pc, uint64_t *cached,
-			uint64_t *evictions)
+			uint64_t *evictions, uint64_t *pinned, uint64_t *clock)
 {
 	/* Relaxed: statistics. */
+	*clock = atomic_load_explicit(&pc->retain_now, memory_order_relaxed);
 	*cached = atomic_load_explicit(&pc->cached, memory_order_relaxed);
 	*evictions = atomic_load_explicit(&pc->evictions, memory_order_relaxed);
+	*pinned = atomic_load_explicit(&pc->pinned, memory_order_relaxed);
 }
 
 /*
@@ -1221,8 +1428,196 @@ uint64_t prefix_store_prepare(struct prefix_cache *pc, uint32_t b,
 	return key;
 }
 
+/*
+ * Retention, the manager side (store lock held).  A pin is counted in
+ * pc->pinned from the moment a word with the pin priority is written to
+ * the moment it is replaced (whoever replaces it uncounts it: a commit
+ * here, a demotion, an eviction or reset in slot_forget), so the cap
+ * is checked against the words, expired ones included until their
+ * demotion.
+ */
+static void retain_mark(struct prefix_pool *pp)
+{
+	/* Once per pool: the lock orders it before every later release's
+	 * read (lock order: store lock, list lock). */
+	if (atomic_load_explicit(&pp->retained, memory_order_relaxed))
+		return;
+	pp_lock(pp);
+	atomic_store_explicit(&pp->retained, true, memory_order_relaxed);
+	pp_unlock(pp);
+}
+
+/* Whether one more block may be pinned (then counted), else one more is
+ * refused in *unpinned. */
+static bool pin_admit(struct prefix_cache *pc, uint32_t *unpinned)
+{
+	/* Relaxed: a count; the store lock serialises the increments. */
+	if (atomic_load_explicit(&pc->pinned, memory_order_relaxed) <
+	    pc->max_pinned) {
+		atomic_fetch_add_explicit(&pc->pinned, 1, memory_order_relaxed);
+		return true;
+	}
+	(*unpinned)++;
+	return false;
+}
+
+uint64_t prefix_retain_word(struct prefix_cache *pc, uint32_t prio,
+			    uint64_t duration)
+{
+	uint64_t now, left;
+
+	if (prio == KVP_RETAIN_DEFAULT)
+		return 0;
+	if (!duration)
+		return retain_make(prio, 0);
+	now = atomic_load_explicit(&pc->retain_now, memory_order_relaxed);
+	left = KVP_RETAIN_EXPIRY_MASK - now;
+	/* Past the clock's range: never expires. */
+	return retain_make(prio, duration < left ? now + duration : 0);
+}
+
+void prefix_raise(struct prefix_cache *pc, uint32_t b, uint64_t want,
+		  uint32_t *unpinned)
+{
+	struct prefix_pool *pp = pool_prefix(pc->pool);
+	struct prefix_block *blk = &pp->blk[b];
+	uint32_t wp = retain_prio(want);
+	uint64_t w, nw;
+
+	/* Relaxed: we hold b, so it stays cached; whose is it? */
+	if (wp == KVP_RETAIN_DEFAULT ||
+	    atomic_load_explicit(&blk->owner, memory_order_relaxed) != pc)
+		return;
+	w = atomic_load_explicit(&blk->retain, memory_order_relaxed);
+	for (;;) {
+		uint64_t now = atomic_load_explicit(&pc->retain_now,
+						    memory_order_relaxed);
+		uint32_t cur = retain_level(w, now);
+		bool pin_add;
+
+		if (wp < cur)
+			return; /* a hit keeps a higher priority */
+		nw = want;
+		if (wp == cur) {
+			/* The same priority: renewed, never shortened. */
+			uint64_t e = retain_expiry(w), we = retain_expiry(want);
+
+			nw = retain_make(wp, e && we ? (e > we ? e : we) : 0);
+			if (nw == w)
+				return;
+		}
+		pin_add = retain_prio(nw) == KVP_RETAIN_PIN &&
+			  retain_prio(w) != KVP_RETAIN_PIN;
+		if (pin_add && !pin_admit(pc, unpinned)) {
+			if (cur >= KVP_RETAIN_MAX)
+				return;
+			nw = retain_make(KVP_RETAIN_MAX, retain_expiry(want));
+			pin_add = false;
+		}
+		/* Relaxed: the word orders nothing but itself.  A demotion
+		 * (list lock) may replace w meanwhile: then again. */
+		if (atomic_compare_exchange_weak_explicit(
+			    &blk->retain, &w, nw, memory_order_relaxed,
+			    memory_order_relaxed))
+			break;
+		if (pin_add)
+			atomic_fetch_sub_explicit(&pc->pinned, 1,
+						  memory_order_relaxed);
+	}
+	if (retain_prio(w) == KVP_RETAIN_PIN &&
+	    retain_prio(nw) != KVP_RETAIN_PIN)
+		atomic_fetch_sub_explicit(&pc->pinned, 1, memory_order_relaxed);
+	retain_mark(pp);
+}
+
+int prefix_tick(struct prefix_cache *pc, uint64_t steps, uint64_t *now_out)
+{
+	struct prefix_pool *pp;
+	uint64_t now, next = UINT64_MAX;
+
+	/* Relaxed: a logical clock; the list lock orders the sweep. */
+	now = atomic_load_explicit(&pc->retain_now, memory_order_relaxed);
+	do {
+		if (steps > KVP_RETAIN_EXPIRY_MASK - now)
+			return -ERANGE;
+	} while (!atomic_compare_exchange_weak_explicit(
+		&pc->retain_now, &now, now + steps, memory_order_relaxed,
+		memory_order_relaxed));
+	now += steps;
+	if (now_out)
+		*now_out = now;
+	if (now < atomic_load_explicit(&pc->retain_next, memory_order_relaxed))
+		return 0;
+	/* Some idle block of ours has expired: demote every such one to
+	 * the default list's tail (as if just released), and recompute
+	 * the next expiry of those left. */
+	pp = pool_prefix(pc->pool);
+	pp_lock(pp);
+	for (uint32_t levels = pp->nonempty & ~1u; levels;
+	     levels &= levels - 1) {
+		uint32_t b, nx;
+
+		for (b = pp->head[__builtin_ctz(levels)]; b != KVP_NIL;
+		     b = nx) {
+			struct prefix_block *blk = &pp->blk[b];
+			uint64_t w = atomic_load_explicit(
+				&blk->retain, memory_order_relaxed);
+
+			nx = link_next(pc->pool, b);
+			if (atomic_load_explicit(&blk->owner,
+						 memory_order_relaxed) != pc ||
+			    !retain_expiry(w))
+				continue;
+			if (retain_level(w, now) != KVP_RETAIN_DEFAULT) {
+				if (retain_expiry(w) < next)
+					next = retain_expiry(w);
+				continue;
+			}
+			/* A raise (its committer holds b) may win: then b
+			 * is relinked at its holder's release. */
+			if (retain_demote(blk, pc, w)) {
+				list_unlink(pc->pool, pp, b);
+				list_append(pc->pool, pp, b,
+					    KVP_RETAIN_DEFAULT);
+			}
+		}
+	}
+	atomic_store_explicit(&pc->retain_next, next, memory_order_relaxed);
+	pp_unlock(pp);
+	return 0;
+}
+
+int prefix_retention(struct prefix_cache *pc, const struct kvp_hash *h,
+		     uint32_t *prio, uint64_t *expires)
+{
+	struct prefix_pool *pp = pool_prefix(pc->pool);
+	const struct prefix_table *t;
+	uint64_t w[4], key, at = 0, word = 0, now;
+	uint32_t b;
+
+	hash_words(h, w);
+	key = key_of(w);
+	kvp_rcu_read_lock();
+	t = table_of(pc);
+	b = probe_tag(t, key, home_of(key, t->mask), &at);
+	b = lookup(t, pp, key, w, b, at);
+	/* A snapshot: the block may be evicted or raised right after. */
+	if (b != KVP_NIL &&
+	    atomic_load_explicit(&pp->blk[b].owner, memory_order_relaxed) ==
+		    pc)
+		word = atomic_load_explicit(&pp->blk[b].retain,
+					    memory_order_relaxed);
+	kvp_rcu_read_unlock();
+	if (b == KVP_NIL)
+		return -ENOENT;
+	now = atomic_load_explicit(&pc->retain_now, memory_order_relaxed);
+	*prio = retain_level(word, now);
+	*expires = *prio == KVP_RETAIN_DEFAULT ? 0 : retain_expiry(word);
+	return 0;
+}
+
 int prefix_store(struct prefix_cache *pc, uint32_t b, const struct kvp_hash *h,
-		 uint64_t key)
+		 uint64_t key, uint64_t retain, uint32_t *unpinned)
 {
 	struct kvp_pool *pool = pc->pool;
 	struct prefix_pool *pp = pool_prefix(pool);
@@ -1263,8 +1658,14 @@ int prefix_store(struct prefix_cache *pc, uint32_t b, const struct kvp_hash *h,
 		i = tomb;
 		t->dead--;
 	}
+	if (retain_prio(retain) == KVP_RETAIN_PIN && !pin_admit(pc, unpinned))
+		retain = retain_make(KVP_RETAIN_MAX, retain_expiry(retain));
+	if (retain)
+		retain_mark(pp);
 	hash_write(pp, b, w);
 	atomic_store_explicit(&pp->blk[b].owner, pc, memory_order_relaxed);
+	/* Relaxed: ordered before CACHED by the release below. */
+	atomic_store_explicit(&pp->blk[b].retain, retain, memory_order_relaxed);
 	/* Release: hash[b], owner[b] and the block's data before CACHED
 	 * (pairs with take_one's acquire CAS).  Only holders change the
 	 * count meanwhile (we hold the block). */

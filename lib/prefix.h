@@ -56,13 +56,23 @@ struct prefix_cache {
 	 * Synchronization: written under store_lock, read relaxed. */
 	kvp_cacheline_aligned _Atomic uint64_t cached;
 	_Atomic uint64_t evictions;
+	/* Retention (prefix.c): the retention clock (atomic, relaxed), the
+	 * earliest expiry among this manager's idle timed blocks above the
+	 * default priority (list lock; read relaxed), the blocks whose
+	 * retention word pins them (atomic) and the cap (immutable). */
+	kvp_cacheline_aligned _Atomic uint64_t retain_now;
+	_Atomic uint64_t retain_next;
+	_Atomic uint32_t pinned;
+	uint32_t max_pinned;
 };
 
 /*
- * Sets up pc over pool (and the pool's reclaimer, if it has none).
- * Returns 0 or -ENOMEM (nothing to undo).
+ * Sets up pc over pool (and the pool's reclaimer, if it has none), with
+ * at most max_pinned blocks pinned.  Returns 0 or -ENOMEM (nothing to
+ * undo).
  */
-int prefix_cache_init(struct prefix_cache *pc, struct kvp_pool *pool);
+int prefix_cache_init(struct prefix_cache *pc, struct kvp_pool *pool,
+		      uint32_t max_pinned);
 /* Forgets every cached block of pc (as prefix_clear with force) and frees
  * the table; no other thread may use pc. */
 void prefix_cache_fini(struct prefix_cache *pc);
@@ -70,9 +80,10 @@ void prefix_cache_fini(struct prefix_cache *pc);
 /* Where pc reports its events (cb NULL: nowhere); before concurrent use. */
 void prefix_set_event_sink(struct prefix_cache *pc, kvp_event_cb cb,
 			   void *arg);
-/* Cached blocks of pc, and how many evictions took (relaxed reads). */
+/* Cached blocks of pc, how many evictions took, how many are pinned,
+ * its retention clock (relaxed reads). */
 void prefix_cache_stats(struct prefix_cache *pc, uint64_t *cached,
-			uint64_t *evictions);
+			uint64_t *evictions, uint64_t *pinned, uint64_t *clock);
 
 /*
  * Takes a reference on the blocks caching hashes[0..n), as long as they
@@ -103,7 +114,30 @@ void prefix_store_end(struct prefix_cache *pc);
 uint64_t prefix_store_prepare(struct prefix_cache *pc, uint32_t b,
 			      const struct kvp_hash *h);
 int prefix_store(struct prefix_cache *pc, uint32_t b, const struct kvp_hash *h,
-		 uint64_t key);
+		 uint64_t key, uint64_t retain, uint32_t *unpinned);
+
+/*
+ * Retention (DESIGN.md 2.3; prefix.c "Retention").  prefix_retain_word
+ * makes the word prefix_store and prefix_raise take: priority prio
+ * (<= KVP_RETAIN_PIN) for `duration` ticks of pc's retention clock from
+ * now (0: for ever).  A store that would pin past pc's cap stores
+ * KVP_RETAIN_MAX instead and counts one in *unpinned.  prefix_raise
+ * (store lock; the caller holds b) gives block b, if pc caches it, the
+ * word's priority if that is above its own now, or renews its expiry if
+ * equal: a hit keeps its priority unless a commit raises it.
+ */
+uint64_t prefix_retain_word(struct prefix_cache *pc, uint32_t prio,
+			    uint64_t duration);
+void prefix_raise(struct prefix_cache *pc, uint32_t b, uint64_t want,
+		  uint32_t *unpinned);
+/* Advances pc's retention clock by steps (-ERANGE past 2^56 - 1,
+ * nothing changed), the new time in *now (if not NULL); idle blocks
+ * whose retention expired go back to the default priority. */
+int prefix_tick(struct prefix_cache *pc, uint64_t steps, uint64_t *now);
+/* The priority and expiry (0: none) of the block caching h, at pc's
+ * time now; -ENOENT if pc caches no block under h.  Lock-free. */
+int prefix_retention(struct prefix_cache *pc, const struct kvp_hash *h,
+		     uint32_t *prio, uint64_t *expires);
 
 /*
  * Forgets every cached block of pc: evictable ones go back to the free
