@@ -667,21 +667,25 @@ void prefix_unhit(struct kvp_pool *pool, const uint32_t *blocks, uint32_t n)
 			memory_order_relaxed))
 			;
 		if (refs_of(s - 1) == 0) {
+			uint32_t l = atomic_load_explicit(&pp->retained,
+							  memory_order_relaxed)
+					     ? idle_level(pp, b)
+					     : KVP_RETAIN_DEFAULT;
+
 			/* Evictable again: the revival is undone, counts
 			 * included (a failed call moves no statistic). */
 			atomic_fetch_add_explicit(&pp->evictable, 1,
 						  memory_order_relaxed);
 			atomic_fetch_sub_explicit(&pp->revived, 1,
 						  memory_order_relaxed);
-			/* Still linked: back in its old place, as if never
-			 * hit; else (an evictor passed it) at the tail. */
+			/* Still linked in its priority's list: back in its
+			 * old place, as if never hit; else (an evictor
+			 * passed it, or another holder's commit raised it)
+			 * at the tail. */
+			if (list_linked(pp, b) && pp->level[b] != l)
+				list_unlink(pool, pp, b);
 			if (!list_linked(pp, b))
-				list_append(pool, pp, b,
-					    atomic_load_explicit(
-						    &pp->retained,
-						    memory_order_relaxed)
-						    ? idle_level(pp, b)
-						    : KVP_RETAIN_DEFAULT);
+				list_append(pool, pp, b, l);
 		}
 		pp_unlock(pp);
 	}
@@ -957,11 +961,18 @@ static int prefix_check_pool(void *ctx)
 						    memory_order_relaxed))
 			check_fail("uncached block %u keeps a retention\n", b);
 		if (cached && refs_of(s) == 0) {
+			uint64_t w = atomic_load_explicit(&pp->blk[b].retain,
+							  memory_order_relaxed);
+
 			idle++;
 			if (!list_linked(pp, b))
 				check_fail("evictable block %u is on no list "
 					   "(lost)\n",
 					   b);
+			if (pp->level[b] != retain_prio(w))
+				check_fail("evictable block %u of priority %u "
+					   "is in list %u\n",
+					   b, retain_prio(w), pp->level[b]);
 		}
 	}
 	if ((int64_t)idle != atomic_load_explicit(&pp->evictable,
@@ -1788,7 +1799,7 @@ int prefix_check_cache(struct prefix_cache *pc, uint64_t *nodes)
 	struct kvp_pool *pool = pc->pool;
 	struct prefix_pool *pp;
 	struct prefix_table *t;
-	uint64_t live = 0, dead = 0;
+	uint64_t live = 0, dead = 0, pinned = 0;
 	int err = 0;
 
 	/* A manager without prefix caching has no table (nor pool here). */
@@ -1823,6 +1834,9 @@ int prefix_check_cache(struct prefix_cache *pc, uint64_t *nodes)
 			mgr_check_fail("prefix block %u is not cached by its "
 				       "manager\n",
 				       b);
+		pinned += retain_prio(atomic_load_explicit(
+				  &pp->blk[b].retain, memory_order_relaxed)) ==
+			  KVP_RETAIN_PIN;
 		/* Reachable from its home, and the first of its hash. */
 		hash_read(pp, b, w);
 		key = key_of(w);
@@ -1838,6 +1852,14 @@ int prefix_check_cache(struct prefix_cache *pc, uint64_t *nodes)
 				       "found (at %" PRIu64 ")\n",
 				       b, i, found, at);
 	}
+	if (pinned != atomic_load_explicit(&pc->pinned, memory_order_relaxed) ||
+	    pinned > pc->max_pinned)
+		mgr_check_fail("%" PRIu64 " pinned blocks, counted %u, at "
+			       "most %u\n",
+			       pinned,
+			       atomic_load_explicit(&pc->pinned,
+						    memory_order_relaxed),
+			       pc->max_pinned);
 	if (live != t->live || dead != t->dead)
 		mgr_check_fail("prefix table counts %" PRIu64 " entries, %" PRIu64
 			       " tombstones; found %" PRIu64 ", %" PRIu64 "\n",

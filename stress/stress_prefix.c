@@ -3,7 +3,7 @@
  *
  * usage: stress_prefix THREADS SECONDS [--blocks N] [--prefixes K]
  *                      [--managers 1|2] [--reset 0|1] [--full 0|1]
- *                      [--seed S]
+ *                      [--retain 0|1] [--seed S]
  *
  * Two managers (or one) with KVP_PREFIX_CACHE share a data-owning pool
  * small enough (--blocks, default 96, 4 tokens per block) that cached
@@ -23,7 +23,13 @@
  * a serving engine); the run fails unless at least a fifth of the blocks
  * allocated were evicted ones (the rest: copies, partial blocks, and the
  * blocks each reset frees as never-cached ones, which dominate under
- * TSan's slowdown).
+ * TSan's slowdown).  With --retain 1 commits give a random leading range
+ * of their tokens a random retention priority (pins included, the
+ * managers' pin cap small), for no time or a few ticks, and workers
+ * advance the retention clocks: expiries, demotions and raises race the
+ * releases and evictions; kvp_manager_check then also checks each
+ * manager's pin count against its blocks' words, and the pool check that
+ * every idle block is in its priority's list.
  *
  * Invariants checked during the run:
  *  - every full block a request holds carries bytes that encode its chain
@@ -72,7 +78,7 @@
 
 static struct kvp_pool *pool;
 static struct kvp_manager *mgr[2];
-static int nmgr = 2, do_reset = 1, full_mode;
+static int nmgr = 2, do_reset = 1, full_mode, retain_mode;
 static uint32_t num_blocks = 96, nprefix = 4;
 static uint32_t suffix_tok[NSUFFIX][SUFFIX_TOKENS];
 static _Atomic int stop;
@@ -249,7 +255,8 @@ struct req {
 
 struct counters {
 	uint64_t requests, hit_requests, hit_blocks, commits, committed,
-		forks, truncates, cows, enospc, verified, appends;
+		forks, truncates, cows, enospc, verified, appends, unpinned,
+		ticks;
 };
 
 struct worker {
@@ -320,13 +327,34 @@ static void commit(struct worker *w, struct req *r)
 {
 	int got;
 
+	uint32_t unpinned = 0;
+
 	tl_chain = r->h;
 	tl_nchain = r->nh;
-	got = kvp_seq_commit(mgr[r->mi], r->id, r->h, r->nh);
+	if (retain_mode) {
+		/* A leading range at a random priority (a pin one time in
+		 * four), for ever or a few ticks. */
+		struct kvp_retention rg = {
+			.first_token = 0,
+			.num_tokens = BT * (uint32_t)(rnd(&w->seed) % (MAXB + 1)),
+			.priority = rnd(&w->seed) % 4
+					    ? (uint32_t)(rnd(&w->seed) %
+							 KVP_RETAIN_PIN)
+					    : KVP_RETAIN_PIN,
+			.duration = rnd(&w->seed) % 2 ? 0
+						      : 1 + rnd(&w->seed) % 8};
+
+		got = kvp_seq_commit_retained(mgr[r->mi], r->id, r->h, r->nh,
+					      &rg, 1, &unpinned);
+	} else {
+		got = kvp_seq_commit(mgr[r->mi], r->id, r->h, r->nh);
+	}
 	tl_chain = NULL;
-	if (got < 0 || (uint32_t)got > r->ntok / BT)
-		fail("commit of seq %llx (%u tokens) returned %d\n",
-		     (unsigned long long)r->id, r->ntok, got);
+	if (got < 0 || (uint32_t)got > r->ntok / BT || unpinned > r->nh)
+		fail("commit of seq %llx (%u tokens) returned %d (%u "
+		     "unpinned)\n",
+		     (unsigned long long)r->id, r->ntok, got, unpinned);
+	w->c.unpinned += unpinned;
 	w->c.commits++;
 	w->c.committed += (uint64_t)got;
 }
@@ -503,6 +531,12 @@ static void step(struct worker *w, int i)
 		verify_all(w, r);
 	} else if (op < 92) {
 		req_info(r);
+	} else if (retain_mode && op < 94) {
+		int err = kvp_manager_tick(mgr[r->mi], 1, NULL);
+
+		if (err)
+			fail("kvp_manager_tick: %s\n", kvp_strerror(err));
+		w->c.ticks++;
 	} else {
 		req_append(w, r);
 	}
@@ -643,7 +677,7 @@ int main(int argc, char **argv)
 	if (argc < 3) {
 		fprintf(stderr, "usage: %s THREADS SECONDS [--blocks N] "
 				"[--prefixes K] [--managers 1|2] [--reset 0|1] "
-				"[--full 0|1] [--seed S]\n",
+				"[--full 0|1] [--retain 0|1] [--seed S]\n",
 			argv[0]);
 		return 2;
 	}
@@ -660,6 +694,8 @@ int main(int argc, char **argv)
 			do_reset = atoi(argv[i + 1]);
 		else if (!strcmp(argv[i], "--full"))
 			full_mode = atoi(argv[i + 1]);
+		else if (!strcmp(argv[i], "--retain"))
+			retain_mode = atoi(argv[i + 1]);
 		else if (!strcmp(argv[i], "--seed"))
 			seed = strtoull(argv[i + 1], NULL, 0);
 		else {
@@ -692,6 +728,8 @@ int main(int argc, char **argv)
 	if ((err = kvp_pool_create(&cfg, &pool)))
 		fail("kvp_pool_create: %s\n", kvp_strerror(err));
 	mc.pool = pool;
+	/* --retain: a cap the pins reach. */
+	mc.max_pinned = retain_mode ? num_blocks / 8 : 0;
 	for (int k = 0; k < nmgr; k++) {
 		if ((err = kvp_manager_create(&mc, &mgr[k])))
 			fail("kvp_manager_create: %s\n", kvp_strerror(err));
@@ -790,6 +828,24 @@ int main(int argc, char **argv)
 	       (unsigned long long)atomic_load(&ev_stored),
 	       (unsigned long long)atomic_load(&ev_removed),
 	       (unsigned long long)atomic_load(&ev_cleared));
+	if (retain_mode) {
+		uint64_t pinned = 0;
+
+		for (int k = 0; k < nmgr; k++) {
+			struct kvp_stats ms;
+
+			kvp_manager_stats(mgr[k], &ms);
+			pinned += ms.prefix_pinned;
+		}
+		printf("stress_prefix: --retain: %llu ticks, %llu pins refused "
+		       "by the cap, %llu blocks pinned at the end\n",
+		       (unsigned long long)sum.ticks,
+		       (unsigned long long)sum.unpinned,
+		       (unsigned long long)pinned);
+		if (sum.ticks == 0 || sum.unpinned == 0)
+			fail("--retain: the run never ticked or never reached "
+			     "the pin cap\n");
+	}
 	if (sum.hit_blocks == 0 || hits_total == 0)
 		fail("no prefix hits: the run did not exercise revivals\n");
 	if (st.cache_evictions == 0)
@@ -818,11 +874,13 @@ int main(int argc, char **argv)
 		struct kvp_stats ms;
 
 		kvp_manager_stats(mgr[k], &ms);
-		if (ms.prefix_cached_blocks != 0 || model_cached(k) != 0)
+		if (ms.prefix_cached_blocks != 0 || model_cached(k) != 0 ||
+		    ms.prefix_pinned != 0)
 			fail("manager %d after evicting all: %llu cached, "
-			     "events say %llu\n",
+			     "events say %llu, %llu pinned\n",
 			     k, (unsigned long long)ms.prefix_cached_blocks,
-			     (unsigned long long)model_cached(k));
+			     (unsigned long long)model_cached(k),
+			     (unsigned long long)ms.prefix_pinned);
 	}
 	if ((err = kvp_pool_free(pool, all, num_blocks)))
 		fail("freeing the whole pool: %s\n", kvp_strerror(err));
