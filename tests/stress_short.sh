@@ -12,3 +12,4 @@ b=${top_builddir:-.}
 "$b/stress/stress_prefix" 3 2
 "$b/stress/stress_prefix" 3 2 --blocks 1024 --prefixes 32
 "$b/stress/stress_prefix" 3 2 --blocks 4096 --prefixes 16 --full 1
+"$b/stress/stress_prefix" 3 2 --blocks 512 --prefixes 16 --full 1 --retain 1
