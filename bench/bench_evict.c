@@ -23,6 +23,11 @@
  *                 are none): every block the create takes is an eviction
  *                 (its hash leaves the table), the commit registers the
  *                 new hashes, the free makes them idle;
+ *   evict-4prio   `evict` with retention: each request commits its blocks
+ *                 at four priorities (kvp_seq_commit_retained, a quarter
+ *                 of its tokens each, the first quarter highest), and so
+ *                 did the fill, so that every allocation walks the
+ *                 evictable lists of several priorities;
  *   mutex         `evict` on the mutex-wrapped manager (bench/peer_mutex.c,
  *                 the design kvpool replaces), filled the same way.
  *
@@ -34,9 +39,10 @@
  * measured --reps times, rep by rep, and the MEDIAN is reported with the
  * share of the CPU other processes took ("others").
  *
- * TARGETS (issue 14), printed as PASS/FAIL:
- *   evict per-block cost <= 2 x fresh per-block cost (1 thread);
- *   evict at 2 threads >= 1.6 x evict at 1 thread (throughput).
+ * TARGETS, printed as PASS/FAIL:
+ *   evict per-block cost <= 2 x fresh per-block cost (1 thread; issue 14);
+ *   evict at 2 threads >= 1.6 x evict at 1 thread (throughput; issue 14);
+ *   evict-4prio per-block cost <= 1.2 x evict (1 thread; issue 18).
  * Printed beside them: evict against fresh+commit (the cost of evicting
  * alone), and kvpool against the mutex peer.
  */
@@ -51,9 +57,26 @@
 
 const char bench_prog[] = "bench_evict";
 
-enum workload { WL_FRESH, WL_FRESH_COMMIT, WL_EVICT, WL_MUTEX, NUM_WL };
-static const char *const wl_name[NUM_WL] = {"fresh", "fresh+commit",
-					    "evict", "mutex"};
+enum workload {
+	WL_FRESH,
+	WL_FRESH_COMMIT,
+	WL_EVICT,
+	WL_EVICT_PRIO,
+	WL_MUTEX,
+	NUM_WL
+};
+static const char *const wl_name[NUM_WL] = {"fresh", "fresh+commit", "evict",
+					    "evict-4prio", "mutex"};
+
+/* Whether w runs on a pool full of idle cached blocks of kvpool. */
+static bool evicts(enum workload w)
+{
+	return w == WL_EVICT || w == WL_EVICT_PRIO;
+}
+
+/* evict-4prio: a request's tokens in four quarters, at priorities 3, 2,
+ * 1 and 0. */
+#define PRIO_LEVELS 4u
 
 #define BLOCK_TOKENS 16u
 #define MAX_PER_OP 1024u
@@ -98,6 +121,9 @@ static void mkhash(struct kvp_hash *h, uint64_t s, uint64_t op, uint32_t i)
 	memcpy(h->b, w, sizeof(w));
 }
 
+static int commit(const struct run *r, uint64_t id, const struct kvp_hash *h,
+		  uint32_t n);
+
 /* One op of stream s (thread), number i. */
 static void one_op(struct run *r, uint64_t s, uint64_t i,
 		   struct kvp_hash *h)
@@ -116,11 +142,12 @@ static void one_op(struct run *r, uint64_t s, uint64_t i,
 		break;
 	case WL_FRESH_COMMIT:
 	case WL_EVICT:
+	case WL_EVICT_PRIO:
 		rc = kvp_seq_create_cached(r->m, id, h, n, tokens, &cached);
 		if (rc != 0 || cached != 0)
 			bench_die("kvp_seq_create_cached = %d (%u cached)", rc,
 				  cached);
-		if ((rc = kvp_seq_commit(r->m, id, h, n)) != (int)n)
+		if ((rc = commit(r, id, h, n)) != (int)n)
 			bench_die("kvp_seq_commit = %d", rc);
 		break;
 	case WL_MUTEX:
@@ -138,6 +165,24 @@ static void one_op(struct run *r, uint64_t s, uint64_t i,
 	}
 	if ((rc = kvp_seq_free(r->m, id)) != 0)
 		bench_die("kvp_seq_free = %d", rc);
+}
+
+/* kvp_seq_commit, or for evict-4prio its retained form. */
+static int commit(const struct run *r, uint64_t id, const struct kvp_hash *h,
+		  uint32_t n)
+{
+	struct kvp_retention rg[PRIO_LEVELS];
+	uint32_t quarter = n * BLOCK_TOKENS / PRIO_LEVELS;
+
+	if (r->wl != WL_EVICT_PRIO)
+		return kvp_seq_commit(r->m, id, h, n);
+	memset(rg, 0, sizeof(rg));
+	for (uint32_t k = 0; k < PRIO_LEVELS; k++) {
+		rg[k].first_token = k * quarter;
+		rg[k].num_tokens = quarter;
+		rg[k].priority = PRIO_LEVELS - 1 - k;
+	}
+	return kvp_seq_commit_retained(r->m, id, h, n, rg, PRIO_LEVELS, NULL);
 }
 
 #define WARMUP 20
@@ -186,9 +231,7 @@ static void fill(struct run *r)
 			rc = kvp_seq_create_cached(r->m, k, h, n,
 						   n * BLOCK_TOKENS, &cached);
 			if (rc == 0)
-				rc = kvp_seq_commit(r->m, k, h, n) == (int)n
-					     ? 0
-					     : -1;
+				rc = commit(r, k, h, n) == (int)n ? 0 : -1;
 		}
 		if (rc == -ENOSPC)
 			break;
@@ -238,7 +281,7 @@ static void setup(struct run *r)
 	mc.flags = r->wl == WL_FRESH ? 0 : KVP_PREFIX_CACHE;
 	if ((rc = kvp_manager_create(&mc, &r->m)) != 0)
 		bench_die("kvp_manager_create = %d", rc);
-	if (r->wl == WL_EVICT) {
+	if (evicts(r->wl)) {
 		fill(r);
 		kvp_thread_flush(); /* the filler's parked references */
 		kvp_pool_stats(r->pool, &st);
@@ -268,7 +311,7 @@ static void teardown(struct run *r, uint64_t ops)
 	if (kvp_manager_check(r->m) != 0)
 		bench_die("kvp_manager_check failed after %s", wl_name[r->wl]);
 	kvp_pool_stats(r->pool, &st);
-	if (r->wl == WL_EVICT) {
+	if (evicts(r->wl)) {
 		r->evicted += st.cache_evictions - r->evictions0;
 		r->evict_allocated +=
 			(ops + WARMUP * r->nthreads) * r->o->per_op;
@@ -276,7 +319,7 @@ static void teardown(struct run *r, uint64_t ops)
 	if (r->wl == WL_FRESH_COMMIT &&
 	    atomic_load_explicit(&r->cut, memory_order_relaxed))
 		r->cuts++;
-	if (r->wl == WL_EVICT &&
+	if (evicts(r->wl) &&
 	    st.cache_evictions - r->evictions0 <
 		    (ops + WARMUP * r->nthreads) * r->o->per_op)
 		bench_die("evict: %llu evictions for %llu blocks allocated: "
@@ -401,7 +444,7 @@ int main(int argc, char **argv)
 			       c->threads[ti], mops * 1e6,
 			       ns_per_block(&o, mops, c->threads[ti]));
 			bench_print_others(*bench_res_others(w, ti, 0));
-			if (w == WL_EVICT)
+			if (evicts((enum workload)w))
 				printf(" %8.2fx",
 				       mops / *bench_res(WL_MUTEX, ti, 0));
 			printf("\n");
@@ -435,6 +478,13 @@ int main(int argc, char **argv)
 		printf("  [INFO] evict / fresh+commit (the same op, no "
 		       "eviction), 1 thread: %.2fx (%.1f ns/block)\n",
 		       ev / fc, fc);
+		ev = ns_per_block(&o, *bench_res(WL_EVICT_PRIO, i1, 0), 1) /
+		     ev;
+		snprintf(line, sizeof(line),
+			 "evicting allocation with 4 priorities in use, 1 "
+			 "thread: %.2fx evict, target <= 1.2x",
+			 ev);
+		bench_verdict(ev <= 1.2, line);
 	} else {
 		bench_skip("evicting allocation cost (needs 1 thread)");
 	}

@@ -1103,11 +1103,18 @@ static void slot_forget(struct prefix_cache *pc, struct prefix_table *t,
 	store_count(&pc->cached, -1);
 	atomic_store_explicit(&pp->blk[b].owner, NULL, memory_order_relaxed);
 	/* An uncached block has the default priority; a pin goes with it.
-	 * Relaxed: the word orders nothing but itself. */
-	w = atomic_exchange_explicit(&pp->blk[b].retain, 0,
-				     memory_order_relaxed);
-	if (retain_prio(w) == KVP_RETAIN_PIN)
-		atomic_fetch_sub_explicit(&pc->pinned, 1, memory_order_relaxed);
+	 * No CAS: the word's other writers are excluded here (a raise by
+	 * our store lock; a demotion because b is claimed, so on no list,
+	 * or, in prefix_clear, by the list lock).  Relaxed: the word orders
+	 * nothing but itself. */
+	w = atomic_load_explicit(&pp->blk[b].retain, memory_order_relaxed);
+	if (w) {
+		atomic_store_explicit(&pp->blk[b].retain, 0,
+				      memory_order_relaxed);
+		if (retain_prio(w) == KVP_RETAIN_PIN)
+			atomic_fetch_sub_explicit(&pc->pinned, 1,
+						  memory_order_relaxed);
+	}
 	/* Relaxed stores: a reader that reads the old entry is stale anyway
 	 * (the state word decides), and one that reads EMPTY stops where
 	 * nothing it may look for lies beyond. */
