@@ -647,8 +647,11 @@ KVP_API int kvp_seq_commit(struct kvp_manager *m, uint64_t seq,
  * cached blocks of the lowest priority first, least recently freed first
  * within a priority (as without retention); so a block is evicted only
  * when no idle block of a lower priority is left.  Pinned blocks
- * (KVP_RETAIN_PIN) are the last to go; a manager pins at most
- * kvp_manager_config.max_pinned of them.
+ * (KVP_RETAIN_PIN) are never evicted while pinned: an allocation that
+ * would need them fails with -ENOSPC (they still count as evictable in
+ * kvp_pool_stats), and they leave the cache only when their pin expires
+ * or by kvp_prefix_reset.  A manager pins at most
+ * kvp_manager_config.max_pinned blocks.
  *
  * A priority may last `duration` ticks of the manager's retention clock,
  * a logical clock the caller advances (kvp_manager_tick, e.g. once per

@@ -91,7 +91,9 @@
  * of the list of its priority at that moment, an expired word being
  * demoted to the default on the way; the evictor walks the lists from
  * the lowest priority up, so it never claims a block while an idle
- * block of a lower priority stays linked.  (A block of a lower priority
+ * block of a lower priority stays linked, and never walks the pinned
+ * list (pins are capped per manager, and go only by expiry, demotion
+ * or reset).  (A block of a lower priority
  * may sit in a higher list only while held: a hit revives without
  * unlinking, a commit raises a held block, and its last holder's release
  * relinks it where its word says.)  A word changes only by CAS-free
@@ -762,12 +764,16 @@ static uint32_t prefix_evict(void *ctx, uint32_t min, uint32_t max,
 	/* One pass from the head of the lowest priority's list up: claim
 	 * idle blocks and unlink them, and unlink held ones passed on the
 	 * way (their holders relink them at release).  A higher priority's
-	 * list is entered only while fewer than min are claimed, so the
-	 * extras up to max come from the priority that gave the min-th. */
-	for (uint32_t levels = pp->nonempty; levels && got < min;
-	     levels &= levels - 1) {
-		for (b = pp->head[__builtin_ctz(levels)];
-		     b != KVP_NIL && got < max; b = nx) {
+	 * list is entered only while fewer than min are claimed, and the
+	 * extras up to max (evictions ahead) come from the default
+	 * priority's only: a retained block goes only when needed.  The
+	 * pinned list is never entered. */
+	for (uint32_t levels = pp->nonempty & ~(1u << KVP_RETAIN_PIN);
+	     levels && got < min; levels &= levels - 1) {
+		uint32_t l = (uint32_t)__builtin_ctz(levels),
+			 upto = l == KVP_RETAIN_DEFAULT ? max : min;
+
+		for (b = pp->head[l]; b != KVP_NIL && got < upto; b = nx) {
 			_Atomic uint32_t *st = &pool->state[b];
 			/* Acquire: the releaser's writes to the block happen
 			 * before our caller's reuse (pairs with the release

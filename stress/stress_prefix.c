@@ -867,6 +867,12 @@ int main(int argc, char **argv)
 			     "allocated were evicted ones\n");
 	}
 
+	/* --retain: pinned blocks are never evicted; a reset forgets
+	 * them (and everything else: the model with it). */
+	for (int k = 0; retain_mode && k < nmgr; k++)
+		if ((err = kvp_prefix_reset(mgr[k])))
+			fail("kvp_prefix_reset at the end: %s\n",
+			     kvp_strerror(err));
 	/* Evict everything: one allocation of the whole pool. */
 	if ((err = kvp_pool_alloc(pool, num_blocks, all)))
 		fail("allocating the whole pool: %s\n", kvp_strerror(err));

@@ -356,8 +356,8 @@ START_TEST(test_expiry_held)
 END_TEST
 
 /* Past the cap, a commit pins nothing more: those blocks get
- * KVP_RETAIN_MAX and the call counts them.  Evictions and resets
- * unpin. */
+ * KVP_RETAIN_MAX and the call counts them.  Pinned blocks are never
+ * evicted; a reset unpins, and so does an expiry. */
 START_TEST(test_pin_cap)
 {
 	struct kvp_pool *p = mkpool_nc(6);
@@ -373,24 +373,48 @@ START_TEST(test_pin_cap)
 	ck_assert_uint_eq(mstats(m).prefix_pinned, 2);
 	free_ok(m, 1);
 	put(m, 2, &b, NULL, 0);
-	/* 6 idle: b first, then the MAX ones, the pins last. */
+	/* 6 idle: b first, then the MAX ones; the pins never. */
 	evict(m, 4);
 	expect_ret(m, &b, 0, -1, 0);
 	expect_ret(m, &a, 3, -1, 0);
 	expect_ret(m, &a, 2, -1, 0);
 	expect_ret(m, &a, 1, KVP_RETAIN_PIN, 0);
+	ck_assert_uint_eq(pstats(p).evictable, 2); /* the pins */
+	ck_assert_int_eq(kvp_seq_create(m, 5, BT), -ENOSPC);
+	ck_assert_int_eq(kvp_pool_alloc(p, 1, &(uint32_t){0}), -ENOSPC);
+	expect_ret(m, &a, 0, KVP_RETAIN_PIN, 0);
+	expect_ret(m, &a, 1, KVP_RETAIN_PIN, 0);
 	ck_assert_uint_eq(mstats(m).prefix_pinned, 2);
-	evict(m, 1);
-	expect_ret(m, &a, 1, -1, 0);
-	ck_assert_uint_eq(mstats(m).prefix_pinned, 1);
-	/* A reset forgets the last pin; then the cap has room again. */
+	/* A reset forgets the pins; then the cap has room again. */
 	ck_assert_int_eq(kvp_prefix_reset(m), 0);
 	ck_assert_uint_eq(mstats(m).prefix_pinned, 0);
 	unevict(m);
 	put(m, 3, &b, &r, 1);
 	ck_assert_uint_eq(mstats(m).prefix_pinned, 2);
-	finish(p, m);
 	/* (finish destroys the manager: its pins go with its blocks.) */
+}
+END_TEST
+
+/* A timed pin holds until its expiry, then its block is an ordinary
+ * idle one (and uncounted). */
+START_TEST(test_pin_expires)
+{
+	struct kvp_pool *p = mkpool_nc(4);
+	struct kvp_manager *m = mkmgr_pinned(p, 2);
+	struct chain a = mkchain(19, 2), b = mkchain(20, 2);
+	struct kvp_retention r = range(0, 0, KVP_RETAIN_PIN, 3);
+
+	put(m, 1, &a, &r, 1);
+	put(m, 2, &b, NULL, 0);
+	evict(m, 2); /* b */
+	ck_assert_int_eq(kvp_seq_create(m, 5, BT), -ENOSPC);
+	ck_assert_int_eq(kvp_manager_tick(m, 3, NULL), 0);
+	ck_assert_uint_eq(mstats(m).prefix_pinned, 0);
+	expect_ret(m, &a, 1, 0, 0);
+	evict(m, 1);
+	expect_ret(m, &a, 1, -1, 0);
+	expect_ret(m, &a, 0, 0, 0);
+	finish(p, m);
 }
 END_TEST
 
@@ -556,6 +580,7 @@ static Suite *retention_suite(void)
 	tcase_add_test(tc, test_expiry_idle);
 	tcase_add_test(tc, test_expiry_held);
 	tcase_add_test(tc, test_pin_cap);
+	tcase_add_test(tc, test_pin_expires);
 	tcase_add_test(tc, test_hit_raise);
 	tcase_add_test(tc, test_hit_raise_pin);
 	tcase_add_test(tc, test_bad_input);

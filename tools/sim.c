@@ -38,6 +38,17 @@
  * plain hash maps, the free list and the prefix cache): only the block
  * manager differs.
  *
+ * Retention (--retain-system N:P[:STEPS]).  The first N tokens of every
+ * request are committed at retention priority P (kvp_seq_commit_retained),
+ * for STEPS ticks of the managers' retention clocks if given; scheduler
+ * thread 0 ticks every manager's clock once per step.  The replay counts
+ * the REMOVED events of hashes that lie in some request's first N tokens
+ * (retained_evicted: with no STEPS, evictions of blocks while their
+ * priority holds).  The mutex peer has no retention: it ignores the
+ * option.  --workload sysprompt is the workload that shows it: a shared
+ * system prompt of 2,048 tokens in one request out of ten, and one-off
+ * prompts between (workload.h).
+ *
  * Measured: the replay's wall time (thread start to last thread done;
  * workload parsing and hashing excluded), per-operation latency
  * (clock_gettime around each call; appends sampled 1 in 8), pool use
@@ -82,6 +93,7 @@
 #define SIM_APPEND_SAMPLE 8u /* time 1 append in this many */
 #define SIM_UTIL_EVERY 8u    /* a thread samples pool use every N steps */
 #define SIM_MAX_CAPACITIES 32u
+#define SIM_SYSPROMPT_TOKENS 2048u /* --workload sysprompt */
 
 enum peer { PEER_KVPOOL, PEER_MUTEX };
 static const char *const peer_name[] = {"kvpool", "mutex"};
@@ -112,6 +124,10 @@ struct sim_opts {
 	float watermark;
 	bool unordered;
 	const char *trace;
+	bool sysprompt; /* --workload sysprompt */
+	bool retain;	/* --retain-system N:P[:STEPS] */
+	uint32_t retain_tokens, retain_prio;
+	uint64_t retain_steps;
 	uint64_t seed;
 	uint32_t requests;
 	bool json;
@@ -139,6 +155,9 @@ struct sim_result {
 	uint64_t block_ops;
 	uint64_t decoded;	/* tokens appended */
 	uint64_t queries, hits; /* prompt tokens asked / served (harness) */
+	/* --retain-system (kvpool only; tokens 0 without): see the top. */
+	uint32_t retain_tokens, retain_prio;
+	uint64_t retain_steps, retained_evicted;
 	struct kvp_stats st;	/* summed over the managers */
 	double util_peak, util_mean;
 	struct hist lat[NUM_OPS];
@@ -196,6 +215,11 @@ struct run {
 	/* mutex peer */
 	struct mm_pool *mpool;
 	struct mm_mgr *mmgr;
+	/* --retain-system: the hashes of the retained ranges (a set of
+	 * their first words, read-only during the replay), and the REMOVED
+	 * events that named one. */
+	uint64_t *retained, retained_mask;
+	_Atomic uint64_t retained_evicted;
 	struct queue *q;   /* per model */
 	uint32_t *attempt; /* per request; owner thread only (queue
 			      hand-offs order it) */
@@ -232,9 +256,22 @@ static inline int p_create_cached(struct run *r, unsigned m, uint64_t id,
 					  cached);
 }
 
+static int p_commit_retained(struct run *r, unsigned m, uint64_t id,
+			     const struct kvp_hash *h, uint32_t nh)
+{
+	struct kvp_retention rg = {.first_token = 0,
+				   .num_tokens = r->o->retain_tokens,
+				   .priority = r->o->retain_prio,
+				   .duration = r->o->retain_steps};
+
+	return kvp_seq_commit_retained(r->kmgr[m], id, h, nh, &rg, 1, NULL);
+}
+
 static inline int p_commit(struct run *r, unsigned m, uint64_t id,
 			   const struct kvp_hash *h, uint32_t nh)
 {
+	if (r->peer == PEER_KVPOOL && r->o->retain)
+		return p_commit_retained(r, m, id, h, nh);
 	return r->peer == PEER_KVPOOL ? kvp_seq_commit(r->kmgr[m], id, h, nh)
 				      : mm_commit(&r->mmgr[m], id, h, nh);
 }
@@ -699,6 +736,9 @@ static void *scheduler(void *arg)
 			continue;
 		}
 		step(t);
+		if (t->tid == 0 && r->peer == PEER_KVPOOL && r->o->retain)
+			for (unsigned m = 0; m < r->w->models; m++)
+				(void)kvp_manager_tick(r->kmgr[m], 1, NULL);
 		if (++t->steps % SIM_UTIL_EVERY == 0)
 			sample_util(t);
 	}
@@ -707,6 +747,71 @@ static void *scheduler(void *arg)
 }
 
 /* ----------------------------------------------------- set-up, teardown */
+
+/* --retain-system: the set of retained hashes (their first 8 bytes, never
+ * 0 here: 0 marks an empty slot). */
+static uint64_t retained_key(const struct kvp_hash *h)
+{
+	uint64_t k;
+
+	memcpy(&k, h->b, sizeof(k));
+	return k ? k : 1;
+}
+
+static bool retained_has(const struct run *r, uint64_t k)
+{
+	for (uint64_t i = k & r->retained_mask;; i = (i + 1) & r->retained_mask) {
+		if (r->retained[i] == k)
+			return true;
+		if (r->retained[i] == 0)
+			return false;
+	}
+}
+
+/* Fills r->retained with the hashes of every request's first
+ * retain_tokens tokens (full blocks). */
+static void retained_build(struct run *r)
+{
+	const struct workload *w = r->w;
+	uint32_t per = r->o->retain_tokens / w->block_tokens;
+	uint64_t n = 0, slots = 64;
+
+	for (uint32_t q = 0; q < w->nreq; q++)
+		n += w->req[q].nhashes < per ? w->req[q].nhashes : per;
+	while (slots < 2 * n)
+		slots <<= 1;
+	r->retained = bench_xcalloc(slots, sizeof(*r->retained));
+	r->retained_mask = slots - 1;
+	for (uint32_t q = 0; q < w->nreq; q++) {
+		const struct kvp_hash *h = wl_hashes(w, &w->req[q]);
+
+		for (uint32_t i = 0; i < w->req[q].nhashes && i < per; i++) {
+			uint64_t k = retained_key(&h[i]), j;
+
+			for (j = k & r->retained_mask;
+			     r->retained[j] && r->retained[j] != k;
+			     j = (j + 1) & r->retained_mask)
+				;
+			r->retained[j] = k;
+		}
+	}
+}
+
+/* The managers' event callback under --retain-system: counts REMOVED
+ * retained hashes (any thread; the set is read-only meanwhile). */
+static void retained_on_event(const struct kvp_event *ev, void *arg)
+{
+	struct run *r = arg;
+	uint64_t n = 0;
+
+	if (ev->type != KVP_EVENT_REMOVED)
+		return;
+	for (uint32_t i = 0; i < ev->nhashes; i++)
+		n += retained_has(r, retained_key(&ev->hashes[i]));
+	if (n)
+		atomic_fetch_add_explicit(&r->retained_evicted, n,
+					  memory_order_relaxed);
+}
 
 static int make_kvpool(struct run *r)
 {
@@ -730,6 +835,8 @@ static int make_kvpool(struct run *r)
 	mc.policy = r->policy;
 	mc.watermark = r->o->watermark;
 	mc.flags = KVP_PREFIX_CACHE;
+	if (r->o->retain)
+		retained_build(r);
 	for (unsigned m = 0; m < r->w->models; m++) {
 		rc = kvp_manager_create(&mc, &r->kmgr[m]);
 		if (rc != 0) {
@@ -737,6 +844,9 @@ static int make_kvpool(struct run *r)
 				kvp_strerror(rc));
 			return rc;
 		}
+		if (r->o->retain)
+			(void)kvp_manager_set_event_cb(r->kmgr[m],
+						       retained_on_event, r);
 	}
 	return 0;
 }
@@ -964,6 +1074,12 @@ static void replay(const struct sim_opts *o, const struct workload *w,
 	res->blocks = blocks;
 	res->seconds =
 		(double)(atomic_load(&r->t1) - atomic_load(&r->t0)) * 1e-9;
+	if (peer == PEER_KVPOOL && o->retain) {
+		res->retain_tokens = o->retain_tokens;
+		res->retain_prio = o->retain_prio;
+		res->retain_steps = o->retain_steps;
+		res->retained_evicted = atomic_load(&r->retained_evicted);
+	}
 	for (unsigned m = 0; m < w->models; m++) {
 		struct kvp_stats st;
 
@@ -1000,6 +1116,7 @@ static void replay(const struct sim_opts *o, const struct workload *w,
 	}
 	verify(r);
 	destroy(r);
+	free(r->retained);
 	free(r);
 	free(tids);
 }
@@ -1102,6 +1219,13 @@ static void print_result(const struct workload *w, const struct sim_result *x)
 	       (unsigned long long)x->victims,
 	       (unsigned long long)x->ops[OP_FORK], (unsigned long long)x->cows,
 	       (unsigned long long)x->st.prefix_evictions);
+	if (x->retain_tokens)
+		printf("  retention: first %u tokens of each request at "
+		       "priority %u for %s; blocks of those ranges evicted "
+		       "%llu\n",
+		       x->retain_tokens, x->retain_prio,
+		       x->retain_steps ? "a while" : "ever",
+		       (unsigned long long)x->retained_evicted);
 	printf("  %-14s %10s %9s %9s %9s %9s   (ns; appends timed 1 in "
 	       "%u)\n",
 	       "operation", "calls", "mean", "p50", "p99", "max",
@@ -1175,7 +1299,14 @@ static void json_result(const struct sim_result *x)
 		       (unsigned long long)hist_quantile(&x->lat[k], 0.50),
 		       (unsigned long long)hist_quantile(&x->lat[k], 0.99),
 		       (unsigned long long)x->lat[k].max);
-	printf("}}");
+	printf("}");
+	if (x->retain_tokens)
+		printf(", \"retention\": {\"tokens\": %u, \"priority\": %u, "
+		       "\"steps\": %llu, \"retained_evicted\": %llu}",
+		       x->retain_tokens, x->retain_prio,
+		       (unsigned long long)x->retain_steps,
+		       (unsigned long long)x->retained_evicted);
+	printf("}");
 }
 
 /* Prints s as a JSON string. */
@@ -1423,6 +1554,67 @@ static int sweep_compare(const struct sim_opts *o, const struct workload *w,
 	return rc;
 }
 
+/*
+ * --sweep-capacity --retain-system N:P[:STEPS]: at each capacity, the
+ * policy (--policy, LRU by default) without retention (the same ranges
+ * at priority 0) and with it: hit rates, and how many blocks of the
+ * retained ranges each evicted, as CSV on stdout; the hit rates against
+ * capacity to --plot.  Returns the exit status.
+ */
+static int sweep_retain(const struct sim_opts *o, const struct workload *w,
+			const uint32_t *caps, unsigned ncap)
+{
+	struct sim_opts plain = *o;
+	double *x = bench_xcalloc(ncap, sizeof(*x)),
+	       *y = bench_xcalloc(2 * (size_t)ncap, sizeof(*y));
+	struct plot_series series[2];
+	char with[64];
+	int rc = 0;
+
+	plain.retain_prio = KVP_RETAIN_DEFAULT;
+	fprintf(stderr,
+		"kvpool sim: sweeping %u capacities, policy %s without and "
+		"with retention of the first %u tokens at priority %u, on "
+		"%s\n",
+		ncap, policy_name[o->policy], o->retain_tokens, o->retain_prio,
+		w->name);
+	printf("blocks,hit_rate,hit_rate_retained,retained_range_evicted,"
+	       "retained_range_evicted_retained,preemptions,"
+	       "preemptions_retained,replay_s,replay_s_retained\n");
+	for (unsigned c = 0; c < ncap; c++) {
+		struct sim_result a, b;
+
+		replay(&plain, w, PEER_KVPOOL, caps[c], o->policy, &a);
+		replay(o, w, PEER_KVPOOL, caps[c], o->policy, &b);
+		x[c] = caps[c];
+		y[c] = a.st.prefix_hit_rate;
+		y[ncap + c] = b.st.prefix_hit_rate;
+		printf("%u,%.6f,%.6f,%llu,%llu,%llu,%llu,%.4f,%.4f\n", caps[c],
+		       a.st.prefix_hit_rate, b.st.prefix_hit_rate,
+		       (unsigned long long)a.retained_evicted,
+		       (unsigned long long)b.retained_evicted,
+		       (unsigned long long)a.preemptions,
+		       (unsigned long long)b.preemptions, a.seconds,
+		       b.seconds);
+		fflush(stdout);
+	}
+	snprintf(with, sizeof(with), "%s, retention %u", policy_name[o->policy],
+		 o->retain_prio);
+	series[0] = (struct plot_series){policy_name[o->policy], x, y, ncap};
+	series[1] = (struct plot_series){with, x, y + ncap, ncap};
+	/* As in sweep(): no gnuplot is not an error, a failed plot is. */
+	if (o->plot &&
+	    plot_png("kvpool sim", o->plot,
+		     "prefix hit rate with and without retention",
+		     "pool blocks", "hit rate (tokens)", PLOT_LOGX, series,
+		     2) != 0 &&
+	    plot_available())
+		rc = 1;
+	free(x);
+	free(y);
+	return rc;
+}
+
 /* --sweep-capacity: every policy at every capacity, CSV on stdout and
  * the optional plot.  Returns the exit status. */
 static int sweep(const struct sim_opts *o, const struct workload *w,
@@ -1451,6 +1643,8 @@ static int sweep(const struct sim_opts *o, const struct workload *w,
 	for (unsigned c = 0; c < ncap; c++)
 		if (caps[c] == 0)
 			caps[c] = (uint32_t)unlimited;
+	if (o->retain)
+		return sweep_retain(o, w, caps, ncap);
 	res = bench_xcalloc((size_t)npol * ncap, sizeof(*res));
 	x = bench_xcalloc((size_t)npol * ncap, sizeof(*x));
 	y = bench_xcalloc((size_t)npol * ncap, sizeof(*y));
@@ -1518,6 +1712,10 @@ static void usage(FILE *f)
 		"                      synthetic workload)\n"
 		"  --requests N        synthetic workload size (default %u)\n"
 		"  --seed S            synthetic workload seed (default 1)\n"
+		"  --workload W        the synthetic workload: mixed (default) "
+		"or sysprompt\n"
+		"                      (a 2,048-token system prompt shared by "
+		"1 request in 10)\n"
 		"  --dump-workload FILE  write the workload as JSON lines and "
 		"exit\n"
 		"pool and scheduler:\n"
@@ -1541,6 +1739,12 @@ static void usage(FILE *f)
 		"  --max-attempts N    admissions of one request before it is "
 		"abandoned\n"
 		"                      (default %u)\n"
+		"  --retain-system N:P[:STEPS]  commit the first N tokens of "
+		"every request at\n"
+		"                      retention priority P (0-15), for STEPS "
+		"scheduler steps\n"
+		"                      if given; with --sweep-capacity: LRU "
+		"with and without\n"
 		"output:\n"
 		"  --json              one JSON object on stdout\n"
 		"  --compare mutex     also replay on the mutex manager and "
@@ -1548,7 +1752,9 @@ static void usage(FILE *f)
 		"  --reps R            replays per peer; the median time is "
 		"reported (default 1)\n"
 		"  --sweep-capacity    hit rate against capacity for every "
-		"policy, as CSV;\n"
+		"policy, as CSV\n"
+		"                      (with --retain-system: LRU with and "
+		"without it);\n"
 		"                      with --compare mutex: both peers at "
 		"each capacity\n"
 		"                      (--policy, --reps), time, ratio and hit "
@@ -1592,6 +1798,53 @@ static float parse_fraction(const char *opt, const char *s)
 		usage_error("%s: expected a number in (0, 1), got '%s'", opt,
 			    s);
 	return (float)v;
+}
+
+/* A decimal number in [lo, hi] (digits only), or false. */
+static bool parse_u64_in(const char *s, uint64_t lo, uint64_t hi,
+			 uint64_t *out)
+{
+	char *end;
+
+	if (*s < '0' || *s > '9')
+		return false;
+	errno = 0;
+	*out = strtoull(s, &end, 10);
+	return !errno && !*end && *out >= lo && *out <= hi;
+}
+
+/* --retain-system N:P[:STEPS]; exits 2 if malformed. */
+static void parse_retain(struct sim_opts *o, const char *val)
+{
+	char buf[64], *field[3], *p = buf;
+	uint64_t n, prio, steps = 0;
+	unsigned nf = 0;
+
+	if (strlen(val) >= sizeof(buf))
+		goto bad;
+	strcpy(buf, val);
+	for (;;) {
+		if (nf == 3)
+			goto bad; /* a fourth field */
+		field[nf++] = p;
+		p = strchr(p, ':');
+		if (!p)
+			break;
+		*p++ = '\0';
+	}
+	if (nf < 2 || !parse_u64_in(field[0], 1, UINT32_MAX, &n) ||
+	    !parse_u64_in(field[1], 0, KVP_RETAIN_PIN, &prio) ||
+	    (nf == 3 && !parse_u64_in(field[2], 1, UINT64_MAX, &steps)))
+		goto bad;
+	o->retain = true;
+	o->retain_tokens = (uint32_t)n;
+	o->retain_prio = (uint32_t)prio;
+	o->retain_steps = steps;
+	return;
+bad:
+	usage_error("--retain-system: expected N:P[:STEPS] (N tokens > 0, "
+		    "priority 0 to %u, STEPS > 0), got '%s'",
+		    KVP_RETAIN_PIN, val);
 }
 
 static const char *const flag_opts[] = {"--json", "--sweep-capacity",
@@ -1681,6 +1934,15 @@ static void parse_args(struct sim_opts *o, int argc, char **argv)
 				name, val, 1, 1u << 20);
 		} else if (!strcmp(name, "--watermark")) {
 			o->watermark = parse_fraction(name, val);
+		} else if (!strcmp(name, "--workload")) {
+			if (!strcmp(val, "sysprompt"))
+				o->sysprompt = true;
+			else if (strcmp(val, "mixed") != 0)
+				usage_error("--workload: expected mixed or "
+					    "sysprompt, got '%s'",
+					    val);
+		} else if (!strcmp(name, "--retain-system")) {
+			parse_retain(o, val);
 		} else if (!strcmp(name, "--trace")) {
 			o->trace = val;
 		} else if (!strcmp(name, "--seed")) {
@@ -1721,9 +1983,10 @@ static void parse_args(struct sim_opts *o, int argc, char **argv)
 	if (o->csv && !o->compare)
 		usage_error("--csv goes with --sweep-capacity --compare mutex "
 			    "(the plain sweep prints CSV on stdout)");
-	if ((o->trace && (o->seed != 1 || o->requests != WL_DEFAULT_REQUESTS)))
-		usage_error("--seed and --requests shape the synthetic "
-			    "workload, not a trace");
+	if ((o->trace && (o->seed != 1 || o->requests != WL_DEFAULT_REQUESTS ||
+			  o->sysprompt)))
+		usage_error("--seed, --requests and --workload shape the "
+			    "synthetic workload, not a trace");
 	o->progress = isatty(STDERR_FILENO);
 }
 
@@ -1749,7 +2012,10 @@ int sim_main(int argc, char **argv)
 			fprintf(stderr, "kvpool sim: %s\n", err);
 			return 2;
 		}
-	} else if (wl_synthetic(&w, o.seed, o.requests) != 0) {
+	} else if ((o.sysprompt
+			    ? wl_synthetic_sysprompt(&w, o.seed, o.requests,
+						     SIM_SYSPROMPT_TOKENS)
+			    : wl_synthetic(&w, o.seed, o.requests)) != 0) {
 		fprintf(stderr, "kvpool sim: out of memory\n");
 		return 1;
 	}

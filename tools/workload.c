@@ -377,6 +377,58 @@ int wl_synthetic(struct workload *w, uint64_t seed, uint32_t nreq)
 	return rc;
 }
 
+/*
+ * The system-prompt workload: SYS_TENANTS tenants, each with its own
+ * system prompt of sys_tokens tokens, the popular ones far more often
+ * than the rest (rng_skewed); every request is its tenant's system prompt
+ * and a user turn of its own (a question, or a pasted document).  Under
+ * capacity pressure, LRU evicts the system prompts of the rarer tenants
+ * between two of their requests, while the user turns churn the cache.
+ */
+#define SYS_TENANTS 8u
+
+int wl_synthetic_sysprompt(struct workload *w, uint64_t seed, uint32_t nreq,
+			   uint32_t sys_tokens)
+{
+	struct synth *s = calloc(1, sizeof(*s));
+	double horizon = (double)nreq * 100; /* ms */
+	uint32_t nsys = sys_tokens / WL_SYNTH_UNIT;
+	int rc = 0;
+
+	memset(w, 0, sizeof(*w));
+	if (!s)
+		return -ENOMEM;
+	s->rng.s = seed;
+	s->b.next_id = 1;
+	for (uint32_t k = 0; k < SYS_TENANTS && rc == 0; k++) {
+		s->sys_ids[k] = syn_ids(s, sys_tokens, NULL, 0);
+		if (!s->sys_ids[k])
+			rc = -ENOMEM;
+	}
+	while (rc == 0 && s->b.nreq < nreq) {
+		uint32_t k = rng_skewed(&s->rng, SYS_TENANTS);
+
+		if (!syn_add(s, rng_unit(&s->rng) * horizon,
+			     sys_tokens + rng_log(&s->rng, 64, 4096),
+			     rng_log(&s->rng, 16, 256), 1, 0, s->sys_ids[k], 0,
+			     nsys))
+			rc = -ENOMEM;
+	}
+	if (rc == 0)
+		rc = sort_by_arrival(&s->b);
+	if (rc == 0) {
+		finish(w, &s->b, WL_SYNTH_UNIT);
+		snprintf(w->name, sizeof(w->name),
+			 "system prompts (%u tenants, %u tokens each; seed "
+			 "%llu, %u requests)",
+			 SYS_TENANTS, sys_tokens, (unsigned long long)seed,
+			 nreq);
+	}
+	synth_free(s);
+	free(s);
+	return rc;
+}
+
 /* ---------------------------------------------------------- trace files */
 
 int wl_load_trace(struct workload *w, const char *path, char *err,

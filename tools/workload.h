@@ -81,6 +81,17 @@ struct workload {
 int wl_synthetic(struct workload *w, uint64_t seed, uint32_t nreq);
 
 /*
+ * Builds the system-prompt workload: nreq requests of 8 tenants (a few
+ * popular, most rare), each request its tenant's system prompt of
+ * sys_tokens tokens (a multiple of WL_SYNTH_UNIT) and a user turn of 64
+ * to 4,096 tokens of its own; a pure function of seed.  Under capacity
+ * pressure, LRU evicts the rarer tenants' system prompts between their
+ * requests (see `kvpool sim --retain-system`).  Returns 0 or -ENOMEM.
+ */
+int wl_synthetic_sysprompt(struct workload *w, uint64_t seed, uint32_t nreq,
+			   uint32_t sys_tokens);
+
+/*
  * Reads a JSON-lines trace (see jsonl.h for the fields): every line is
  * checked before anything is returned.  Requests are ordered by timestamp
  * (stable: equal timestamps keep the file's order).  A prompt must have
