@@ -210,5 +210,29 @@ done
 [ $npre -gt 0 ] && ok "pressure: $npre preemptions in all" ||
 	bad "pressure: no preemption at all"
 
+# ---- retention: --retain-system's malformed values are usage errors; on
+# the system-prompt workload at a capacity where plain LRU evicts the
+# system prompts, pinning them keeps every one of their blocks, and the
+# hit rate is not lower
+for v in 2048 2048:16 2048:3: 2048:3:0 0:3 2048:3:5:1 x:1 2048:-1; do
+	usage_status 2 sim --retain-system "$v"
+done
+usage_status 2 sim --workload sys
+usage_status 2 sim --trace "$small" --workload sysprompt
+if "$kv" sim --workload sysprompt --requests 3000 --retain-system 2048:15 \
+	--sweep-capacity --capacities 4096 >"$tmp/ret.csv" 2>"$tmp/stderr" &&
+	"$py" -c 'import csv, sys
+r = list(csv.DictReader(open(sys.argv[1])))[0]
+assert int(r["retained_range_evicted"]) > 0, r
+assert int(r["retained_range_evicted_retained"]) == 0, r
+assert float(r["hit_rate_retained"]) >= float(r["hit_rate"]), r
+print(r["retained_range_evicted"], r["hit_rate"], r["hit_rate_retained"])' \
+		"$tmp/ret.csv" >"$tmp/msg"; then
+	read -r ev h0 h1 <"$tmp/msg"
+	ok "retention: plain LRU evicted $ev system-prompt blocks, pinned none; hit rate $h0 -> $h1"
+else
+	bad "retention sweep: $(cat "$tmp/ret.csv" "$tmp/stderr" "$tmp/msg" 2>/dev/null)"
+fi
+
 echo "test_sim: $passed passed, $failed failed"
 [ $failed -eq 0 ]
