@@ -1588,9 +1588,16 @@ int prefix_tick(struct prefix_cache *pc, uint64_t steps, uint64_t *now_out)
 				&blk->retain, memory_order_relaxed);
 
 			nx = link_next(pc->pool, b);
+			/* Held blocks (linked: revived by a hit) are left to
+			 * their last holder's release, which demotes them;
+			 * relaxed: a hit may revive b right after, which is
+			 * as if it came after the sweep. */
 			if (atomic_load_explicit(&blk->owner,
 						 memory_order_relaxed) != pc ||
-			    !retain_expiry(w))
+			    !retain_expiry(w) ||
+			    refs_of(atomic_load_explicit(
+				    &pc->pool->state[b],
+				    memory_order_relaxed)))
 				continue;
 			if (retain_level(w, now) != KVP_RETAIN_DEFAULT) {
 				if (retain_expiry(w) < next)

@@ -320,6 +320,8 @@ static void check_state(struct world *w)
 		SAME(prefix_cached_blocks);
 		SAME(prefix_commits);
 		SAME(prefix_evictions);
+		SAME(prefix_pinned);
+		SAME(retention_clock);
 #undef SAME
 		EXPECT_EQ("kvp_manager_stats: blocks_used", lst.blocks_used,
 			  mst.blocks_used);
@@ -474,6 +476,8 @@ static struct kvp_manager_config mgr_config(struct world *w, struct rd *r,
 	c.watermark = watermarks[t % 4];
 	if (b & 4)
 		c.flags = KVP_PREFIX_CACHE;
+	/* Pin caps: the default (a quarter of the pool), 1 and 2. */
+	c.max_pinned = (uint32_t)(m % 3);
 	if (wild || (b & 0xE0) == 0xE0) {
 		static const int bad_policy[] = {4, -1, 100, 0, 1, 2, 3, 0};
 		static const uint32_t bad_flags[] = {0, KVP_PREFIX_CACHE, 2,
@@ -485,8 +489,21 @@ static struct kvp_manager_config mgr_config(struct world *w, struct rd *r,
 		c.watermark = floats[m % 16];
 		if ((b & 0x10) && (t & 0x80))
 			c.pool = NULL;
+		/* The pool's size, or one more (-EINVAL). */
+		if ((m & 0x30) == 0x30)
+			c.max_pinned = w->nb + (m & 1);
 	}
 	return c;
+}
+
+/* kvp_manager_create's return for cfg on this input's pool (the model's
+ * config check cannot see the pool's size, which the pin cap needs). */
+static int mgr_config_rc(const struct world *w,
+			 const struct kvp_manager_config *cfg, bool null_out)
+{
+	int rc = model_manager_config_rc(cfg, null_out);
+
+	return rc ? rc : model_manager_pins_rc(cfg, w->nb);
 }
 
 /*
@@ -512,7 +529,7 @@ struct pool_key {
 struct mgr_key {
 	enum kvp_policy policy;
 	float threshold, watermark;
-	uint32_t flags;
+	uint32_t flags, max_pinned;
 };
 
 struct mgr_entry {
@@ -534,7 +551,8 @@ static uint64_t stamp;
 static bool mgr_key_eq(const struct mgr_key *a, const struct mgr_key *b)
 {
 	return a->policy == b->policy && a->threshold == b->threshold &&
-	       a->watermark == b->watermark && a->flags == b->flags;
+	       a->watermark == b->watermark && a->flags == b->flags &&
+	       a->max_pinned == b->max_pinned;
 }
 
 /* Returns an entry of pool entry pe for a new manager, destroying the
@@ -619,12 +637,13 @@ static int pool_get(const struct kvp_pool_config *c, int *rc)
 static void mgr_open(struct world *w, int i, struct rd *r)
 {
 	struct kvp_manager_config c = mgr_config(w, r, false);
-	int mrc = model_manager_config_rc(&c, false), rc = 0, e;
+	int mrc = mgr_config_rc(w, &c, false), rc = 0, e;
 	struct pool_entry *pe = &pools[w->pool_slot];
 	struct mgr_key key = {.policy = c.policy,
 			      .threshold = c.eviction_threshold,
 			      .watermark = c.watermark,
-			      .flags = c.flags};
+			      .flags = c.flags,
+			      .max_pinned = c.max_pinned};
 	struct mgr_entry *me = NULL;
 
 	for (e = 0; e < MGRS_PER_POOL && mrc == 0; e++)
@@ -1278,8 +1297,7 @@ static void op_configs(struct world *w, struct rd *r)
 
 		/* A valid one costs a destroy (10 ms, see the caches):
 		 * rarely; the slots' managers are valid ones. */
-		if (model_manager_config_rc(null_cfg ? NULL : &c, null_out) ==
-			    0 &&
+		if (mgr_config_rc(w, null_cfg ? NULL : &c, null_out) == 0 &&
 		    (v & 0xF0) != 0xF0)
 			return;
 		rc = kvp_manager_create(null_cfg ? NULL : &c,
@@ -1293,8 +1311,7 @@ static void op_configs(struct world *w, struct rd *r)
 		if (failed_by_fault(w, rc, true, "kvp_manager_create"))
 			return;
 		EXPECT_RC("kvp_manager_create", rc,
-			  model_manager_config_rc(null_cfg ? NULL : &c,
-						  null_out));
+			  mgr_config_rc(w, null_cfg ? NULL : &c, null_out));
 		kvp_manager_destroy(m);
 	} else {
 		struct kvp_pool_config c;
@@ -1467,6 +1484,103 @@ static void op_commit(struct world *w, struct rd *r)
 		  model_seq_commit(w->mm[i], id, h, nh, null_h));
 }
 
+/* Retention ranges from the input: up to 3, a priority or two past the
+ * last valid one, durations from none to for ever. */
+static uint32_t ranges(struct world *w, struct rd *r, struct kvp_retention *rg)
+{
+	static const uint32_t prios[] = {0,  1,  2,  5, 14, KVP_RETAIN_PIN,
+					 KVP_RETAIN_PIN, 3, 16, 1};
+	static const uint64_t durs[] = {0, 0, 1, 2, 3, 5, UINT64_MAX, 8};
+	uint32_t n = u8(r) % 4;
+
+	for (uint32_t k = 0; k < n; k++) {
+		uint8_t a = u8(r), b = u8(r);
+
+		rg[k].first_token = (a % 4) * w->bt + (a & 0x40 ? 1 : 0);
+		rg[k].num_tokens = (b % 4) * w->bt + (b & 0x40 ? w->bt / 2 : 0);
+		rg[k].priority = prios[u8(r) % 10];
+		rg[k].duration = durs[u8(r) % 8];
+	}
+	return n;
+}
+
+static void op_commit_retained(struct world *w, struct rd *r)
+{
+	int i = mgr_index(r);
+	uint64_t id = seq_id(r);
+	struct kvp_hash h[MAX_HASHES];
+	struct kvp_retention rg[3] = {{0}};
+	unsigned c;
+	uint32_t nh = chain(r, h, &c), nrg = ranges(w, r, rg), lu = 0xDEAD,
+		 mu = 0xDEAD;
+	uint8_t v = u8(r);
+	bool null_h = (v & 7) == 7, null_rg = (v & 0x18) == 0x18,
+	     null_u = v & 0x20;
+	int rc;
+
+	rc = kvp_seq_commit_retained(w->m[i], id, null_h ? NULL : h, nh,
+				     null_rg ? NULL : rg, nrg,
+				     null_u ? NULL : &lu);
+	note("kvp_seq_commit_retained(m%d, %llu, %s%u hashes of chain %u, "
+	     "%s%u ranges, prio %u..) = %d (unpinned %u)",
+	     i, (unsigned long long)id, null_h ? "NULL, " : "", nh, c,
+	     null_rg ? "NULL, " : "", nrg, nrg ? rg[0].priority : 0, rc, lu);
+	if (failed_by_fault(w, rc, true, "kvp_seq_commit_retained")) {
+		w->lost_track = true;
+		return;
+	}
+	EXPECT_RC("kvp_seq_commit_retained", rc,
+		  model_seq_commit_retained(w->mm[i], id, h, nh, null_h, rg,
+					    nrg, null_rg, null_u ? NULL : &mu));
+	if (rc >= 0 && !null_u)
+		EXPECT_EQ("kvp_seq_commit_retained: *unpinned", lu, mu);
+}
+
+/* Advances a retention clock: small steps, or past its end (-ERANGE). */
+static void op_tick(struct world *w, struct rd *r)
+{
+	static const uint64_t steps[] = {0, 1, 1, 2, 3, 5, 1ull << 56,
+					 UINT64_MAX};
+	int i = mgr_index(r);
+	uint8_t v = u8(r);
+	uint64_t st = steps[v % 8], ln = 0xDEAD, mn = 0xDEAD;
+	bool null_now = v & 8;
+	int rc = kvp_manager_tick(w->m[i], st, null_now ? NULL : &ln);
+
+	note("kvp_manager_tick(m%d, %llu) = %d", i, (unsigned long long)st,
+	     rc);
+	EXPECT_RC("kvp_manager_tick", rc,
+		  model_manager_tick(w->mm[i], st, null_now ? NULL : &mn));
+	/* The library's clock of a cached manager did not start at 0. */
+	if (rc == 0 && !null_now)
+		EXPECT_EQ("kvp_manager_tick: *now",
+			  ln - w->mgr_base[i].retention_clock, mn);
+}
+
+static void op_retention(struct world *w, struct rd *r)
+{
+	int i = mgr_index(r);
+	uint8_t a = u8(r), b = u8(r);
+	struct kvp_hash h = chain_hash(a % NCHAINS, b % MAX_HASHES);
+	uint32_t lp = 0xDEAD, mp = 0xDEAD;
+	uint64_t le = 0xDEAD, me = 0xDEAD;
+	bool null_h = (a & 0xF0) == 0xF0;
+	int rc = kvp_prefix_retention(w->m[i], null_h ? NULL : &h, &lp, &le);
+
+	note("kvp_prefix_retention(m%d, %shash %u/%u) = %d (prio %u, expires "
+	     "%llu)",
+	     i, null_h ? "NULL " : "", a % NCHAINS, b % MAX_HASHES, rc, lp,
+	     (unsigned long long)le);
+	EXPECT_RC("kvp_prefix_retention", rc,
+		  model_prefix_retention(w->mm[i], null_h ? NULL : &h, &mp,
+					 &me));
+	if (rc == 0) {
+		EXPECT_EQ("kvp_prefix_retention: priority", lp, mp);
+		EXPECT_EQ("kvp_prefix_retention: expires",
+			  le ? le - w->mgr_base[i].retention_clock : 0, me);
+	}
+}
+
 static void op_prefix_reset(struct world *w, struct rd *r)
 {
 	int i = mgr_index(r);
@@ -1583,6 +1697,7 @@ static const op_fn ops[] = {
 	op_checks,	  op_configs,	   op_mgr_reopen, op_create,
 	op_fork,	  op_fault,	   op_create_cached, op_commit,
 	op_create_cached, op_commit,	   op_prefix_reset,
+	op_commit_retained, op_commit_retained, op_tick, op_retention,
 };
 
 /* ------------------------------------------------------------ driver */

@@ -120,6 +120,8 @@ struct model_pool *model_pool_new(const struct kvp_pool_config *cfg)
 	mp->owner = xcalloc(cfg->num_blocks, sizeof(*mp->owner));
 	mp->hash = xcalloc(cfg->num_blocks, sizeof(*mp->hash));
 	mp->freed_at = xcalloc(cfg->num_blocks, sizeof(*mp->freed_at));
+	mp->prio = xcalloc(cfg->num_blocks, sizeof(*mp->prio));
+	mp->expires = xcalloc(cfg->num_blocks, sizeof(*mp->expires));
 	if (cfg->layout) {
 		size_t rows;
 
@@ -149,6 +151,8 @@ void model_pool_delete(struct model_pool *mp)
 	free(mp->owner);
 	free(mp->hash);
 	free(mp->freed_at);
+	free(mp->prio);
+	free(mp->expires);
 	free(mp->data);
 	free(mp->known);
 	free(mp);
@@ -201,12 +205,32 @@ static void emit(struct model_pool *mp, const struct model_mgr *mm,
 
 static void count_cached(struct model_mgr *mm, int delta);
 
+/* Block b's retention goes back to the default; a pin is uncounted. */
+static void retain_clear(struct model_pool *mp, uint32_t b)
+{
+	if (mp->prio[b] == KVP_RETAIN_PIN && mp->owner[b])
+		((struct model_mgr *)mp->owner[b])->pinned--;
+	mp->prio[b] = KVP_RETAIN_DEFAULT;
+	mp->expires[b] = 0;
+}
+
 /* Forgets block b's hash (an eviction or a reset). */
 static void uncache(struct model_pool *mp, uint32_t b)
 {
+	retain_clear(mp, b);
 	mp->cached[b] = false;
 	count_cached((struct model_mgr *)mp->owner[b], -1);
 	mp->owner[b] = NULL;
+}
+
+/* Cached block b's priority now (its owner's clock). */
+static uint32_t level_of(const struct model_pool *mp, uint32_t b)
+{
+	const struct model_mgr *mm = mp->owner[b];
+
+	if (mp->expires[b] && mm && mm->clock >= mp->expires[b])
+		return KVP_RETAIN_DEFAULT;
+	return mp->prio[b];
 }
 
 uint64_t model_evictable(const struct model_pool *mp)
@@ -218,15 +242,36 @@ uint64_t model_evictable(const struct model_pool *mp)
 	return n;
 }
 
-/* The least recently freed evictable block, or UINT32_MAX. */
+/* Free blocks an allocation may take: all but idle pinned ones. */
+static uint64_t allocatable(const struct model_pool *mp)
+{
+	uint64_t n = mp->free;
+
+	for (uint32_t b = 0; b < mp->num_blocks; b++)
+		n -= mp->cached[b] && !mp->refs[b] &&
+		     level_of(mp, b) == KVP_RETAIN_PIN;
+	return n;
+}
+
+/* The next evictable block: of the lowest priority, the least recently
+ * freed; never a pin.  UINT32_MAX if none. */
 static uint32_t lru_evictable(const struct model_pool *mp)
 {
 	uint32_t lru = UINT32_MAX;
 
-	for (uint32_t b = 0; b < mp->num_blocks; b++)
-		if (mp->cached[b] && !mp->refs[b] &&
-		    (lru == UINT32_MAX || mp->freed_at[b] < mp->freed_at[lru]))
+	for (uint32_t b = 0; b < mp->num_blocks; b++) {
+		uint32_t l;
+
+		if (!mp->cached[b] || mp->refs[b])
+			continue;
+		l = level_of(mp, b);
+		if (l == KVP_RETAIN_PIN)
+			continue;
+		if (lru == UINT32_MAX || l < level_of(mp, lru) ||
+		    (l == level_of(mp, lru) &&
+		     mp->freed_at[b] < mp->freed_at[lru]))
 			lru = b;
+	}
 	return lru;
 }
 
@@ -236,10 +281,11 @@ bool model_evicted_ahead(struct model_pool *mp, const struct model_mgr *mm,
 	uint32_t lru = lru_evictable(mp);
 
 	if (lru == UINT32_MAX || mp->owner[lru] != (const void *)mm ||
-	    memcmp(&mp->hash[lru], h, sizeof(*h)) != 0) {
+	    memcmp(&mp->hash[lru], h, sizeof(*h)) != 0 ||
+	    level_of(mp, lru) != KVP_RETAIN_DEFAULT) {
 		model_fail(mp, "an eviction ahead of need removed another "
-			       "hash than the least recently freed block's "
-			       "(block %u)",
+			       "hash than the next default-priority block's "
+			       "in eviction order (block %u)",
 			   lru);
 		return false;
 	}
@@ -266,6 +312,11 @@ static bool take_chosen(struct model_pool *mp, uint32_t n,
 	for (uint32_t b = 0; b < mp->num_blocks; b++)
 		plain += !mp->refs[b] && !mp->cached[b];
 	evict = n > plain ? n - plain : 0;
+	if (n > allocatable(mp)) {
+		model_fail(mp, "model: %s takes %u blocks, %llu allocatable",
+			   what, n, (unsigned long long)allocatable(mp));
+		return false;
+	}
 	for (i = 0; i < n; i++) {
 		uint32_t b = chosen[i];
 
@@ -345,8 +396,13 @@ static void release(struct model_pool *mp, const uint32_t *ids, uint32_t n)
 		if (--mp->refs[b] == 0) {
 			mp->free++;
 			mp->frees++; /* allocs - frees = used, evictable or not */
-			if (mp->cached[b])
+			if (mp->cached[b]) {
 				mp->freed_at[b] = ++mp->release_tick;
+				/* An expired priority goes at release. */
+				if (mp->prio[b] &&
+				    level_of(mp, b) == KVP_RETAIN_DEFAULT)
+					retain_clear(mp, b);
+			}
 		}
 	}
 }
@@ -356,7 +412,7 @@ int model_pool_alloc(struct model_pool *mp, bool null_pool, bool null_ids,
 {
 	if (null_pool || null_ids || n == 0)
 		return -EINVAL;
-	if (n > mp->free)
+	if (n > allocatable(mp))
 		return -ENOSPC;
 	if (chosen)
 		(void)take_chosen(mp, n, chosen, "kvp_pool_alloc");
@@ -491,6 +547,7 @@ struct model_mgr *model_mgr_new(struct model_pool *mp,
 					 : DEFAULT_THRESHOLD;
 	mm->watermark = cfg->watermark > 0 ? cfg->watermark : DEFAULT_WATERMARK;
 	mm->flags = cfg->flags;
+	mm->max_pinned = cfg->max_pinned ? cfg->max_pinned : mp->num_blocks / 4;
 	for (i = 0; i < MODEL_MAX_MGRS && mp->mgrs[i]; i++)
 		;
 	if (i == MODEL_MAX_MGRS) {
@@ -565,6 +622,8 @@ void model_manager_stats(const struct model_mgr *mm, struct kvp_stats *st)
 						 : 0.0;
 	st->blocks_used = mm->pool->num_blocks - mm->pool->free;
 	st->blocks_total = mm->pool->num_blocks;
+	st->prefix_pinned = mm->pinned;
+	st->retention_clock = mm->clock;
 	st->bytes_per_block = mm->pool->has_data ? mm->pool->block_bytes : 0;
 }
 
@@ -632,7 +691,7 @@ int model_seq_create(struct model_mgr *mm, uint64_t id, uint32_t tokens,
 		return -ENOSPC;
 	if (find(mm, id))
 		return -EEXIST;
-	if (nb > mp->free)
+	if (nb > allocatable(mp))
 		return -ENOSPC;
 	if (!chosen)
 		return 0;
@@ -693,7 +752,7 @@ int model_seq_append(struct model_mgr *mm, uint64_t id, uint32_t n,
 		*ncow_out = 1;
 		return -ENOSPC;
 	}
-	if (grow + cows > mp->free)
+	if (grow + cows > allocatable(mp))
 		return -ENOSPC;
 	if (!chosen)
 		return 0;
@@ -906,7 +965,8 @@ int model_seq_create_cached(struct model_mgr *mm, uint64_t id,
 {
 	struct model_pool *mp;
 	struct model_seq *s;
-	uint32_t bt, nb, limit, hits = 0, revived = 0, hit[MODEL_MAX_HITS];
+	uint32_t bt, nb, limit, hits = 0, revived = 0, revived_pins = 0,
+		 hit[MODEL_MAX_HITS];
 
 	if (!mm || (null_hashes && nhashes) || !(mm->flags & KVP_PREFIX_CACHE))
 		return -EINVAL;
@@ -928,9 +988,11 @@ int model_seq_create_cached(struct model_mgr *mm, uint64_t id,
 			break;
 		hit[hits] = b;
 		revived += !mp->refs[b];
+		revived_pins +=
+			!mp->refs[b] && level_of(mp, b) == KVP_RETAIN_PIN;
 	}
-	/* A request never evicts its own hits. */
-	if (nb - hits > mp->free - revived)
+	/* A request never evicts its own hits (nor a pin). */
+	if (nb - hits > allocatable(mp) - revived + revived_pins)
 		return -ENOSPC;
 	if (!chosen)
 		return 0;
@@ -962,13 +1024,124 @@ int model_seq_commit(struct model_mgr *mm, uint64_t id,
 		     const struct kvp_hash *hashes, uint32_t nhashes,
 		     bool null_hashes)
 {
+	return model_seq_commit_retained(mm, id, hashes, nhashes, null_hashes,
+					 NULL, 0, false, NULL);
+}
+
+int model_manager_pins_rc(const struct kvp_manager_config *cfg,
+			  uint32_t pool_blocks)
+{
+	return cfg->max_pinned > pool_blocks ? -EINVAL : 0;
+}
+
+#define RETAIN_CLOCK_END ((1ull << 56) - 1)
+
+/* The expiry of a priority given now for `duration` ticks (0: never,
+ * also past the clock's end). */
+static uint64_t expiry_of(const struct model_mgr *mm, uint64_t duration)
+{
+	return duration && duration < RETAIN_CLOCK_END - mm->clock
+		       ? mm->clock + duration
+		       : 0;
+}
+
+/* The retention ranges give block i: the highest priority of those that
+ * cover all its tokens, the longest duration among those (0 longest). */
+static void block_retention(const struct model_mgr *mm, uint32_t i,
+			    const struct kvp_retention *rg, uint32_t nrg,
+			    uint32_t *prio, uint64_t *exp)
+{
+	uint64_t first = (uint64_t)i * mm->pool->block_tokens,
+		 end = first + mm->pool->block_tokens, dur = 0;
+	bool any = false;
+
+	*prio = KVP_RETAIN_DEFAULT;
+	for (uint32_t r = 0; r < nrg; r++) {
+		uint64_t rend = rg[r].num_tokens ? (uint64_t)rg[r].first_token +
+							   rg[r].num_tokens
+						 : UINT64_MAX;
+
+		if (rg[r].first_token > first || rend < end)
+			continue;
+		if (!any || rg[r].priority > *prio) {
+			*prio = rg[r].priority;
+			dur = rg[r].duration;
+		} else if (rg[r].priority == *prio && dur &&
+			   (!rg[r].duration || rg[r].duration > dur)) {
+			dur = rg[r].duration;
+		}
+		any = true;
+	}
+	*exp = *prio == KVP_RETAIN_DEFAULT ? 0 : expiry_of(mm, dur);
+}
+
+/* Whether one more pin fits under mm's cap (then counted). */
+static bool pin_admit(struct model_mgr *mm, uint32_t *unpinned)
+{
+	if (mm->pinned < mm->max_pinned) {
+		mm->pinned++;
+		return true;
+	}
+	(*unpinned)++;
+	return false;
+}
+
+/* A commit's raise of cached block b (held by the committing sequence)
+ * to prio until exp: only upwards, an equal priority's expiry only
+ * later (or none). */
+static void raise_block(struct model_mgr *mm, uint32_t b, uint32_t prio,
+			uint64_t exp, uint32_t *unpinned)
+{
+	struct model_pool *mp = mm->pool;
+	uint32_t cur, old = mp->prio[b];
+	uint64_t nexp = exp;
+
+	if (prio == KVP_RETAIN_DEFAULT || !mp->cached[b] || mp->owner[b] != mm)
+		return;
+	cur = level_of(mp, b);
+	if (prio < cur)
+		return;
+	if (prio == cur) {
+		uint64_t e = mp->expires[b];
+
+		nexp = e && exp ? (e > exp ? e : exp) : 0;
+		if (mp->prio[b] == prio && mp->expires[b] == nexp)
+			return;
+	}
+	if (prio == KVP_RETAIN_PIN && old != KVP_RETAIN_PIN &&
+	    !pin_admit(mm, unpinned)) {
+		if (cur >= KVP_RETAIN_MAX)
+			return;
+		prio = KVP_RETAIN_MAX;
+		nexp = exp;
+	}
+	if (old == KVP_RETAIN_PIN && prio != KVP_RETAIN_PIN)
+		mm->pinned--;
+	mp->prio[b] = (uint8_t)prio;
+	mp->expires[b] = nexp;
+}
+
+int model_seq_commit_retained(struct model_mgr *mm, uint64_t id,
+			      const struct kvp_hash *hashes, uint32_t nhashes,
+			      bool null_hashes,
+			      const struct kvp_retention *ranges,
+			      uint32_t nranges, bool null_ranges,
+			      uint32_t *unpinned_out)
+{
 	struct model_pool *mp;
 	struct model_seq *s;
-	uint32_t upto, i;
+	uint32_t upto, i, unpinned = 0, prio;
+	uint64_t exp;
 	int added = 0;
 
-	if (!mm || (null_hashes && nhashes) || !(mm->flags & KVP_PREFIX_CACHE))
+	if (unpinned_out)
+		*unpinned_out = 0;
+	if (!mm || (null_hashes && nhashes) ||
+	    !(mm->flags & KVP_PREFIX_CACHE) || (null_ranges && nranges))
 		return -EINVAL;
+	for (uint32_t r = 0; r < nranges; r++)
+		if (ranges[r].priority > KVP_RETAIN_PIN)
+			return -EINVAL;
 	mp = mm->pool;
 	s = find(mm, id);
 	if (!s)
@@ -978,16 +1151,25 @@ int model_seq_commit(struct model_mgr *mm, uint64_t id,
 	upto = s->tokens / mp->block_tokens; /* full blocks */
 	if (upto > nhashes)
 		upto = nhashes;
+	for (i = 0; nranges && i < s->committed && i < upto; i++) {
+		block_retention(mm, i, ranges, nranges, &prio, &exp);
+		raise_block(mm, s->blocks[i], prio, exp, &unpinned);
+	}
 	for (i = s->committed; i < upto; i++) {
 		uint32_t b = s->blocks[i];
 
-		/* Already cached (a hit, a fork's commit), or the hash
-		 * names another block: this one stays as it is. */
-		if (mp->cached[b] || lookup(mm, &hashes[i]) != UINT32_MAX)
+		block_retention(mm, i, ranges, nranges, &prio, &exp);
+		if (mp->cached[b] || lookup(mm, &hashes[i]) != UINT32_MAX) {
+			raise_block(mm, b, prio, exp, &unpinned);
 			continue;
+		}
+		if (prio == KVP_RETAIN_PIN && !pin_admit(mm, &unpinned))
+			prio = KVP_RETAIN_MAX;
 		mp->cached[b] = true;
 		mp->owner[b] = mm;
 		mp->hash[b] = hashes[i];
+		mp->prio[b] = (uint8_t)prio;
+		mp->expires[b] = exp;
 		count_cached(mm, 1);
 		added++;
 		emit(mp, mm, KVP_EVENT_STORED, &hashes[i],
@@ -996,7 +1178,58 @@ int model_seq_commit(struct model_mgr *mm, uint64_t id,
 	if (s->committed < upto)
 		s->committed = upto;
 	mm->st.prefix_commits += (uint64_t)added;
+	if (unpinned_out)
+		*unpinned_out = unpinned;
 	return added;
+}
+
+int model_manager_tick(struct model_mgr *mm, uint64_t steps, uint64_t *now)
+{
+	struct model_pool *mp;
+
+	if (!mm || !(mm->flags & KVP_PREFIX_CACHE))
+		return -EINVAL;
+	if (steps > RETAIN_CLOCK_END - mm->clock)
+		return -ERANGE;
+	mm->clock += steps;
+	if (now)
+		*now = mm->clock;
+	/* Idle blocks whose priority expired join the default priority as
+	 * if just released: lowest priority first, then least recently
+	 * freed (the library's list order). */
+	mp = mm->pool;
+	for (;;) {
+		uint32_t next = UINT32_MAX;
+
+		for (uint32_t b = 0; b < mp->num_blocks; b++)
+			if (mp->cached[b] && mp->owner[b] == mm &&
+			    !mp->refs[b] && mp->prio[b] &&
+			    level_of(mp, b) == KVP_RETAIN_DEFAULT &&
+			    (next == UINT32_MAX || mp->prio[b] < mp->prio[next] ||
+			     (mp->prio[b] == mp->prio[next] &&
+			      mp->freed_at[b] < mp->freed_at[next])))
+				next = b;
+		if (next == UINT32_MAX)
+			break;
+		retain_clear(mp, next);
+		mp->freed_at[next] = ++mp->release_tick;
+	}
+	return 0;
+}
+
+int model_prefix_retention(const struct model_mgr *mm, const struct kvp_hash *h,
+			   uint32_t *prio, uint64_t *expires)
+{
+	uint32_t b;
+
+	if (!mm || !h || !prio || !expires || !(mm->flags & KVP_PREFIX_CACHE))
+		return -EINVAL;
+	b = lookup(mm, h);
+	if (b == UINT32_MAX)
+		return -ENOENT;
+	*prio = level_of(mm->pool, b);
+	*expires = *prio == KVP_RETAIN_DEFAULT ? 0 : mm->pool->expires[b];
+	return 0;
 }
 
 int model_prefix_reset(struct model_mgr *mm)

@@ -75,6 +75,12 @@ struct model_pool {
 	const struct model_mgr **owner;
 	struct kvp_hash *hash;
 	uint64_t *freed_at;
+	/* Retention of cached block b: prio[b] until expires[b] (0: never)
+	 * on its owner's clock, then the default (kvpool.h).  Evictions
+	 * take the lowest priority first, least recently freed first within
+	 * it, never a pin. */
+	uint8_t *prio;
+	uint64_t *expires;
 	uint64_t release_tick;
 	uint64_t cache_evictions;
 	struct model_event events[MODEL_MAX_EVENTS];
@@ -102,6 +108,8 @@ struct model_mgr {
 	uint32_t flags;
 	struct model_seq *seqs; /* live sequences, in creation order */
 	uint32_t nseqs, cap;
+	uint64_t clock;		     /* retention clock */
+	uint32_t pinned, max_pinned; /* blocks whose word pins them; cap */
 	struct kvp_stats st; /* the counters the model keeps */
 };
 
@@ -169,6 +177,21 @@ int model_seq_commit(struct model_mgr *mm, uint64_t id,
 		     const struct kvp_hash *hashes, uint32_t nhashes,
 		     bool null_hashes);
 int model_prefix_reset(struct model_mgr *mm);
+/* kvp_seq_commit_retained; *unpinned_out set on success (and to 0 before
+ * the checks, as the library does, when not NULL). */
+int model_seq_commit_retained(struct model_mgr *mm, uint64_t id,
+			      const struct kvp_hash *hashes, uint32_t nhashes,
+			      bool null_hashes,
+			      const struct kvp_retention *ranges,
+			      uint32_t nranges, bool null_ranges,
+			      uint32_t *unpinned_out);
+int model_manager_tick(struct model_mgr *mm, uint64_t steps, uint64_t *now);
+int model_prefix_retention(const struct model_mgr *mm, const struct kvp_hash *h,
+			   uint32_t *prio, uint64_t *expires);
+/* kvp_manager_create's check of max_pinned against the pool's size
+ * (model_manager_config_rc cannot see the pool): 0 or -EINVAL. */
+int model_manager_pins_rc(const struct kvp_manager_config *cfg,
+			  uint32_t pool_blocks);
 /* Evictable blocks (cached, no reference). */
 uint64_t model_evictable(const struct model_pool *mp);
 
@@ -176,10 +199,12 @@ uint64_t model_evictable(const struct model_pool *mp);
  * The contract's approximate eviction order (DESIGN.md 2.3): an
  * allocation may evict blocks ahead of its need into its thread's cache.
  * Accepts, after a call, one more eviction the library reported (a
- * REMOVED event of manager mm for hash h) if it is the least recently
- * freed evictable block's: the block loses its hash and stays free
- * (never-cached now), the model's own REMOVED event is recorded.
- * Returns false (recorded) otherwise.
+ * REMOVED event of manager mm for hash h) if it is the next block in
+ * eviction order (the least recently freed evictable one of the lowest
+ * priority) and of the default priority (evictions ahead never take a
+ * retained block): the block loses its hash and stays free (never-cached
+ * now), the model's own REMOVED event is recorded.  Returns false
+ * (recorded) otherwise.
  */
 bool model_evicted_ahead(struct model_pool *mp, const struct model_mgr *mm,
 			 const struct kvp_hash *h);
