@@ -600,11 +600,11 @@ KVP_API int kvp_hash_set_xxh3_seed(uint64_t seed);
  * on the block's state word.  Commits, evictions and resets of one
  * manager serialise on its table's store lock.
  *
- * Memory: the first such manager of a pool adds 68 bytes per pool block
- * (a cached block's hash and owner in one 64-byte line, and its
- * eviction-list link); each such manager
- * has a table of 16 bytes per pool block, allocated and written by
- * kvp_manager_create (-ENOMEM if it cannot be), which never grows.
+ * Memory: the first such manager of a pool adds 69 bytes per pool block
+ * (a cached block's hash, owner and retention in one 64-byte line, its
+ * eviction-list link and list number); each such manager has a table of
+ * 32 bytes per pool block, allocated and written by kvp_manager_create
+ * (-ENOMEM if it cannot be), which never grows.
  */
 
 /*
