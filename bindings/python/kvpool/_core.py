@@ -138,6 +138,8 @@ def _u32(values):
     if np is not None and isinstance(values, np.ndarray):
         values = np.ascontiguousarray(values, dtype=np.uint32)
         return ffi.from_buffer("uint32_t[]", values), len(values), values
+    if not isinstance(values, (list, tuple)):
+        values = list(values)
     return ffi.new("uint32_t[]", values), len(values), None
 
 
