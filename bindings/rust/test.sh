@@ -1,0 +1,61 @@
+#!/bin/sh
+# make check: the Rust crate's tests (cargo test --offline: unit, engine
+# shaped tests, doc test, and building its examples), then
+# examples/rust_paged_cache and the README's Rust example, against the
+# library just built ($KVPOOL_LIB_DIR instead of pkg-config).
+b=${top_builddir:-.}
+s=${top_srcdir:-.}
+case "${KVP_SANITIZER:-none}" in
+tsan | asan)
+	echo "SKIP: Rust binding: the uninstrumented test binaries cannot" \
+		"load a $KVP_SANITIZER build of libkvpool"
+	exit 77
+	;;
+esac
+cargo=${CARGO:-$(command -v cargo)}
+if [ -z "$cargo" ] && [ -x "$HOME/.cargo/bin/cargo" ]; then
+	cargo=$HOME/.cargo/bin/cargo
+fi
+if [ -z "$cargo" ]; then
+	echo "SKIP: Rust binding: no cargo on PATH (tools/install-deps.sh" \
+		"installs Debian's)"
+	exit 77
+fi
+lib=$(cd "$b/lib/.libs" 2>/dev/null && pwd)
+if [ -z "$lib" ] || [ ! -f "$lib/libkvpool.so" ]; then
+	echo "test: $b/lib/.libs/libkvpool.so not built" >&2
+	exit 1
+fi
+crate="$s/bindings/rust/kvpool"
+export KVPOOL_LIB_DIR="$lib" CARGO_TARGET_DIR="$b/bindings/rust/target"
+set -e
+echo "rust: $("$cargo" --version) ($(${RUSTC:-rustc} --version 2>/dev/null))"
+# --locked: Cargo.lock is in the source tree, which may be read-only.
+"$cargo" test --offline --locked --quiet --manifest-path "$crate/Cargo.toml" 2>&1
+"$cargo" run --offline --locked --quiet --manifest-path "$crate/Cargo.toml" \
+	--example rust_paged_cache
+# The README's example, as written, as an example of a scratch crate.
+tmp="$b/bindings/rust/readme"
+rm -rf "$tmp"
+mkdir -p "$tmp/src"
+sed -n '/^## Using kvpool from Rust/,/^## /p' "$s/README.md" |
+	sed -n '/^```rust$/,/^```$/p' | sed '1d;$d' >"$tmp/src/main.rs"
+if [ ! -s "$tmp/src/main.rs" ]; then
+	echo "test: README.md has no Rust example" >&2
+	exit 1
+fi
+crate_abs=$(cd "$crate" && pwd)
+cat >"$tmp/Cargo.toml" <<EOT
+[package]
+name = "readme"
+version = "0.0.0"
+edition = "2021"
+[dependencies]
+kvpool = { path = "$crate_abs" }
+[workspace]
+EOT
+# (the crate's rpath covers its own tests and examples, not dependents)
+LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+	"$cargo" run --offline --quiet --manifest-path "$tmp/Cargo.toml" >/dev/null
+rm -rf "$tmp"
+echo "rust: the README's example ran"
