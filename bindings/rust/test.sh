@@ -27,6 +27,8 @@ if [ -z "$lib" ] || [ ! -f "$lib/libkvpool.so" ]; then
 	exit 1
 fi
 crate="$s/bindings/rust/kvpool"
+# cargo is not a make: it must not see make's jobserver.
+unset MAKEFLAGS MFLAGS MAKELEVEL
 export KVPOOL_LIB_DIR="$lib" CARGO_TARGET_DIR="$b/bindings/rust/target"
 set -e
 echo "rust: $("$cargo" --version) ($(${RUSTC:-rustc} --version 2>/dev/null))"

@@ -196,6 +196,48 @@ class TestManager(unittest.TestCase):
         self.assertEqual(m.stats().appends, 7)
         m.check()
 
+    def test_append_batch_c(self):
+        # kvp_seq_append_batch itself, through the raw ABI.
+        from kvpool._ffi import ffi, lib
+        m = self.m
+        m.create(1, 3)
+        m.create(2, 3)
+        seqs = ffi.new("uint64_t[]", [1, 2, 9, 1])
+        cow = ffi.new("struct kvp_copy[]", 4)
+        ncow = ffi.new("uint32_t *")
+        before = m.stats()
+        self.assertEqual(lib.kvp_seq_append_batch(ffi.NULL, seqs, ffi.NULL,
+                                                  2, cow, 4, ncow),
+                         -errno.EINVAL)
+        self.assertEqual(lib.kvp_seq_append_batch(m._m, ffi.NULL, ffi.NULL,
+                                                  2, cow, 4, ncow),
+                         -errno.EINVAL)
+        self.assertEqual(lib.kvp_seq_append_batch(m._m, seqs, ffi.NULL, 2,
+                                                  ffi.NULL, 4, ncow),
+                         -errno.EINVAL)
+        self.assertEqual(lib.kvp_seq_append_batch(m._m, seqs + 2, ffi.NULL,
+                                                  2, cow, 4, ncow),
+                         -errno.ENOENT)
+        self.assertEqual(m.stats(), before)
+        self.assertEqual(lib.kvp_seq_append_batch(m._m, seqs, ffi.NULL, 0,
+                                                  cow, 4, ncow), 0)
+        self.assertEqual(lib.kvp_seq_append_batch(m._m, seqs, ffi.NULL, 4,
+                                                  cow, 4, ncow), 2)
+        self.assertEqual((m.info(1).num_tokens, m.info(2).num_tokens), (4, 4))
+        # A copy needed with cow full: the second fork's append fails.
+        m.fork(1, 3)
+        m.fork(2, 4)
+        seqs = ffi.new("uint64_t[]", [3, 4])
+        self.assertEqual(lib.kvp_seq_append_batch(m._m, seqs, ffi.NULL, 2,
+                                                  cow, 1, ncow), 1)
+        self.assertEqual(ncow[0], 1)
+        self.assertEqual(cow[0].tokens, 4)
+        self.assertEqual(lib.kvp_seq_append_batch(m._m, seqs + 1, ffi.NULL,
+                                                  1, cow, 0, ncow),
+                         -errno.ENOSPC)
+        self.assertEqual(m.info(4).num_tokens, 4)
+        m.check()
+
     def test_admit_evict(self):
         m = kvpool.Manager(self.pool, policy="longest")
         self.assertEqual(m.admit(16), kvpool.ADMIT_OK)
