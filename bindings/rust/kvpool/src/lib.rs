@@ -1077,12 +1077,25 @@ impl Manager {
         }
     }
 
-    /// Writes token pos's K and V rows of one layer (row_bytes each).
-    pub fn write<T: Element>(&self, seq: u64, pos: u32, layer: u32, k: &[T], v: &[T]) -> Result<()> {
+    /// InvalidArgument unless k and v are one row of T each.
+    fn check_rows<T: Element>(&self, k: usize, v: usize) -> Result<()> {
         let n = self.row_elems::<T>()?;
-        if k.len() != n || v.len() != n {
+        if k != n || v != n {
             return Err(Error::invalid());
         }
+        Ok(())
+    }
+
+    /// (row elements, K and V vectors for seq's tokens now).
+    fn gather_bufs<T: Element>(&self, seq: u64) -> Result<(usize, Vec<T>, Vec<T>)> {
+        let n = self.row_elems::<T>()?;
+        let tokens = self.info(seq)?.num_tokens as usize;
+        Ok((n, vec![T::default(); n * tokens], vec![T::default(); n * tokens]))
+    }
+
+    /// Writes token pos's K and V rows of one layer (row_bytes each).
+    pub fn write<T: Element>(&self, seq: u64, pos: u32, layer: u32, k: &[T], v: &[T]) -> Result<()> {
+        self.check_rows::<T>(k.len(), v.len())?;
         // SAFETY: k and v hold one row each.
         check(unsafe {
             sys::kvp_seq_write(self.as_ptr(), seq, pos, layer, k.as_ptr() as *const c_void, v.as_ptr() as *const c_void)
@@ -1092,10 +1105,7 @@ impl Manager {
 
     /// Reads token pos's K and V rows of one layer into k and v.
     pub fn read<T: Element>(&self, seq: u64, pos: u32, layer: u32, k: &mut [T], v: &mut [T]) -> Result<()> {
-        let n = self.row_elems::<T>()?;
-        if k.len() != n || v.len() != n {
-            return Err(Error::invalid());
-        }
+        self.check_rows::<T>(k.len(), v.len())?;
         // SAFETY: k and v have room for one row each.
         check(unsafe {
             sys::kvp_seq_read(self.as_ptr(), seq, pos, layer, k.as_mut_ptr() as *mut c_void, v.as_mut_ptr() as *mut c_void)
@@ -1107,10 +1117,7 @@ impl Manager {
     /// [tokens][heads][dim] vectors, read token by token (safe while
     /// other threads append to seq: it returns the tokens it saw).
     pub fn gather<T: Element>(&self, seq: u64, layer: u32) -> Result<(Vec<T>, Vec<T>)> {
-        let n = self.row_elems::<T>()?;
-        let tokens = self.info(seq)?.num_tokens as usize;
-        let mut k = vec![T::default(); n * tokens];
-        let mut v = vec![T::default(); n * tokens];
+        let (n, mut k, mut v) = self.gather_bufs::<T>(seq)?;
         for (pos, (kr, vr)) in k.chunks_mut(n.max(1)).zip(v.chunks_mut(n.max(1))).enumerate() {
             self.read(seq, pos as u32, layer, kr, vr)?;
         }
@@ -1124,10 +1131,7 @@ impl Manager {
     /// writes every token the sequence holds when it runs, into vectors
     /// sized from its token count just before.
     pub unsafe fn gather_unchecked<T: Element>(&self, seq: u64, layer: u32) -> Result<(Vec<T>, Vec<T>)> {
-        let n = self.row_elems::<T>()?;
-        let tokens = self.info(seq)?.num_tokens as usize;
-        let mut k = vec![T::default(); n * tokens];
-        let mut v = vec![T::default(); n * tokens];
+        let (_, mut k, mut v) = self.gather_bufs::<T>(seq)?;
         check(sys::kvp_seq_gather(
             self.as_ptr(),
             seq,
