@@ -8,7 +8,7 @@ s=${top_srcdir:-.}
 case "${KVP_SANITIZER:-none}" in
 tsan | asan)
 	echo "SKIP: Rust binding: the uninstrumented test binaries cannot" \
-		"load a $KVP_SANITIZER build of libkvpool"
+		"load the $KVP_SANITIZER build of libkvpool"
 	exit 77
 	;;
 esac
