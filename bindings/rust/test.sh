@@ -36,6 +36,22 @@ echo "rust: $("$cargo" --version) ($(${RUSTC:-rustc} --version 2>/dev/null))"
 "$cargo" test --offline --locked --quiet --manifest-path "$crate/Cargo.toml" 2>&1
 "$cargo" run --offline --locked --quiet --manifest-path "$crate/Cargo.toml" \
 	--example rust_paged_cache
+# Debian 12's Rust (1.63, the oldest the crate supports) as well, when it
+# is installed beside the cargo used above.
+if [ -x /usr/bin/cargo ] && [ -x /usr/bin/rustc ] &&
+	[ "$(command -v "$cargo")" != /usr/bin/cargo ]; then
+	RUSTC=/usr/bin/rustc RUSTDOC=/usr/bin/rustdoc \
+		CARGO_TARGET_DIR="$b/bindings/rust/target-debian" \
+		/usr/bin/cargo test --offline --locked --quiet \
+		--manifest-path "$crate/Cargo.toml" >"$b/bindings/rust/debian.out" 2>&1 || {
+		tail -n 30 "$b/bindings/rust/debian.out"
+		echo "test: cargo test with Debian's $(/usr/bin/rustc --version)" \
+			"failed" >&2
+		exit 1
+	}
+	rm -f "$b/bindings/rust/debian.out"
+	echo "rust: the tests pass with $(/usr/bin/rustc --version) too"
+fi
 # The README's example, as written, as an example of a scratch crate.
 tmp="$b/bindings/rust/readme"
 rm -rf "$tmp"
