@@ -6,7 +6,7 @@ b=${top_builddir:-.}
 s=${top_srcdir:-.}
 py=${PYTHON:-/usr/bin/python3}
 lib="$b/lib/.libs/libkvpool.so"
-if ! command -v "$py" >/dev/null 2>&1; then
+if [ "$py" = : ] || ! command -v "$py" >/dev/null 2>&1; then
 	echo "SKIP: Python binding: no Python interpreter ($py)"
 	exit 77
 fi
