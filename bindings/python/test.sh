@@ -38,10 +38,10 @@ py() {
 		PYTHONDONTWRITEBYTECODE=1 "$py" "$@"
 }
 set -e
-py -m unittest -q "$s/bindings/python/tests/test_kvpool.py" 2>&1
+py "$s/bindings/python/tests/test_kvpool.py" 2>&1
 if py -c "import numpy" 2>/dev/null; then
 	echo "python: tests passed with NumPy; again without"
-	KVPOOL_NO_NUMPY=1 py -m unittest -q \
+	KVPOOL_NO_NUMPY=1 py \
 		"$s/bindings/python/tests/test_kvpool.py" 2>&1
 else
 	echo "python: NumPy not importable: exports tested as lists only"
