@@ -18,8 +18,12 @@ const ROW: usize = (HEADS * DIM) as usize;
 
 /// The "projection" of a token at a position: deterministic fake K / V.
 fn kv_row(token: u32, pos: u32, layer: u32) -> (Vec<f32>, Vec<f32>) {
-    let k = (0..ROW).map(|i| ((token * 31 + pos * 7 + layer * 3 + i as u32) % 97) as f32 / 97.0).collect();
-    let v = (0..ROW).map(|i| ((token * 17 + pos * 5 + layer + i as u32) % 89) as f32 / 89.0).collect();
+    let k = (0..ROW)
+        .map(|i| ((token * 31 + pos * 7 + layer * 3 + i as u32) % 97) as f32 / 97.0)
+        .collect();
+    let v = (0..ROW)
+        .map(|i| ((token * 17 + pos * 5 + layer + i as u32) % 89) as f32 / 89.0)
+        .collect();
     (k, v)
 }
 
@@ -29,9 +33,16 @@ struct PagedKvCache {
 
 impl PagedKvCache {
     fn new(blocks: u32, block_tokens: u32) -> kvpool::Result<PagedKvCache> {
-        let layout = Layout { num_layers: LAYERS, num_kv_heads: HEADS, head_dim: DIM, dtype: DType::F32 };
+        let layout = Layout {
+            num_layers: LAYERS,
+            num_kv_heads: HEADS,
+            head_dim: DIM,
+            dtype: DType::F32,
+        };
         let pool = Pool::new(&PoolConfig::new(blocks, block_tokens).layout(layout))?;
-        Ok(PagedKvCache { m: Manager::new(&pool, &ManagerConfig::default())? })
+        Ok(PagedKvCache {
+            m: Manager::new(&pool, &ManagerConfig::default())?,
+        })
     }
 
     fn prefill(&self, seq: u64, prompt: &[u32]) -> kvpool::Result<()> {
@@ -57,7 +68,10 @@ impl PagedKvCache {
         }
         let (keys, vals) = self.m.gather::<f32>(seq, 0)?;
         let (q, _) = kv_row(token, pos, 0);
-        let scores: Vec<f32> = keys.chunks(ROW).map(|k| k.iter().zip(&q).map(|(a, b)| a * b).sum()).collect();
+        let scores: Vec<f32> = keys
+            .chunks(ROW)
+            .map(|k| k.iter().zip(&q).map(|(a, b)| a * b).sum())
+            .collect();
         let max = scores.iter().cloned().fold(f32::MIN, f32::max);
         let w: Vec<f32> = scores.iter().map(|s| (s - max).exp()).collect();
         let sum: f32 = w.iter().sum();
@@ -97,7 +111,13 @@ fn main() -> kvpool::Result<()> {
                     let (mut k, mut v) = (vec![0f32; ROW], vec![0f32; ROW]);
                     for (pos, &tok) in prompt.iter().enumerate() {
                         cache.m.read(beam, pos as u32, 1, &mut k, &mut v)?;
-                        assert_eq!((k.clone(), v.clone()), kv_row(tok, pos as u32, 1), "beam {} pos {}", beam, pos);
+                        assert_eq!(
+                            (k.clone(), v.clone()),
+                            kv_row(tok, pos as u32, 1),
+                            "beam {} pos {}",
+                            beam,
+                            pos
+                        );
                     }
                     let last = prompt.len() as u32 + steps - 1;
                     cache.m.read(beam, last, 0, &mut k, &mut v)?;
@@ -106,7 +126,10 @@ fn main() -> kvpool::Result<()> {
                 })
             })
             .collect();
-        workers.into_iter().map(|w| w.join().expect("worker panicked")).collect::<kvpool::Result<_>>()
+        workers
+            .into_iter()
+            .map(|w| w.join().expect("worker panicked"))
+            .collect::<kvpool::Result<_>>()
     })?;
     let st = cache.m.stats();
     assert_eq!(copies, vec![1; beams.len()], "one copy-on-write per beam");

@@ -23,10 +23,9 @@ KVP_API int kvp_seq_append_batch(struct kvp_manager *m, const uint64_t *seqs,
 	if (ncow)
 		*ncow = 0;
 	for (i = 0; i < nseq; i++) {
-		uint32_t got = 0;
-		int err = kvp_seq_append(m, seqs[i], num_tokens ? num_tokens[i] : 1,
-					 cow ? cow + used : NULL, cow_cap - used,
-					 &got);
+		uint32_t n = num_tokens ? num_tokens[i] : 1, got = 0;
+		int err = kvp_seq_append(m, seqs[i], n, cow ? cow + used : NULL,
+					 cow_cap - used, &got);
 
 		if (err)
 			return i ? (int)i : err;

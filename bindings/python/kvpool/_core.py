@@ -7,7 +7,7 @@ from collections import namedtuple
 from typing import List, Optional
 
 from ._ffi import ffi, lib
-from .errors import error, InvalidArgument, NoSpace, NotFound
+from .errors import error, InvalidArgument, NotFound
 
 if os.environ.get("KVPOOL_NO_NUMPY"):
     np = None

@@ -47,6 +47,10 @@ fn main() {
         }
     }
     if !found {
-        panic!("kvpool: `{} --libs kvpool` names no -lkvpool: {}", pc, libs.trim());
+        panic!(
+            "kvpool: `{} --libs kvpool` names no -lkvpool: {}",
+            pc,
+            libs.trim()
+        );
     }
 }

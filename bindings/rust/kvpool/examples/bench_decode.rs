@@ -48,7 +48,12 @@ fn c_append(m: *mut sys::kvp_manager, seq: u64, n: u32) {
 
 fn c_recycle(m: *mut sys::kvp_manager, seq: u64) {
     // SAFETY: m is live.
-    let (a, b) = unsafe { (sys::kvp_seq_free(m, seq), sys::kvp_seq_create(m, seq, PROMPT)) };
+    let (a, b) = unsafe {
+        (
+            sys::kvp_seq_free(m, seq),
+            sys::kvp_seq_create(m, seq, PROMPT),
+        )
+    };
     if a != 0 || b != 0 {
         panic!("c: free/create({:#x}) = {}, {}", seq, a, b);
     }
@@ -60,12 +65,20 @@ fn c_recycle(m: *mut sys::kvp_manager, seq: u64) {
 fn pairs(npairs: usize, chunk: u64, mut op: impl FnMut(Peer, u64)) -> (Vec<f64>, Vec<f64>) {
     let (mut c, mut r) = (Vec::new(), Vec::new());
     for p in 0..npairs {
-        let order = if p % 2 == 0 { [Peer::C, Peer::Rust] } else { [Peer::Rust, Peer::C] };
+        let order = if p % 2 == 0 {
+            [Peer::C, Peer::Rust]
+        } else {
+            [Peer::Rust, Peer::C]
+        };
         for peer in order {
             let t0 = Instant::now();
             op(peer, chunk);
             let ns = t0.elapsed().as_nanos() as f64 / chunk as f64;
-            if peer == Peer::C { c.push(ns) } else { r.push(ns) }
+            if peer == Peer::C {
+                c.push(ns)
+            } else {
+                r.push(ns)
+            }
         }
     }
     (c, r)
@@ -76,7 +89,9 @@ fn decode(npairs: usize, chunk: u64) -> (Vec<f64>, Vec<f64>) {
     let pool = Pool::new(&PoolConfig::new(2 * SEQS * (MAX_TOKENS / 16), 16)).unwrap();
     let m = Manager::new(&pool, &ManagerConfig::default()).unwrap();
     let raw = m.as_ptr();
-    let mut ntok: Vec<u32> = (0..SEQS).map(|j| PROMPT + j * (MAX_TOKENS - PROMPT) / SEQS).collect();
+    let mut ntok: Vec<u32> = (0..SEQS)
+        .map(|j| PROMPT + j * (MAX_TOKENS - PROMPT) / SEQS)
+        .collect();
     for j in 0..SEQS {
         m.create(id(j), ntok[j as usize]).unwrap();
     }
@@ -129,7 +144,14 @@ fn evict(blocks: u32, chunk: u64) -> (Vec<f64>, Vec<f64>) {
     let per = 64u32;
     let blocks = blocks / per * per;
     let pool = Pool::new(&PoolConfig::new(blocks, 16)).unwrap();
-    let m = Manager::new(&pool, &ManagerConfig { prefix_cache: true, ..Default::default() }).unwrap();
+    let m = Manager::new(
+        &pool,
+        &ManagerConfig {
+            prefix_cache: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     let mut x = 12345u32;
     for j in 0..blocks / per {
         let toks: Vec<u32> = (0..per * 16)
@@ -166,7 +188,12 @@ fn evict(blocks: u32, chunk: u64) -> (Vec<f64>, Vec<f64>) {
         }
     });
     let evicted = pool.stats().cache_evictions - before;
-    assert!(evicted as f64 >= k as f64 * 0.95, "{} evictions for {} appends", evicted, k);
+    assert!(
+        evicted as f64 >= k as f64 * 0.95,
+        "{} evictions for {} appends",
+        evicted,
+        k
+    );
     res
 }
 
@@ -196,7 +223,11 @@ fn main() {
     for name in ["decode", "evict"] {
         let (mut c, mut r, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..reps {
-            let (cs, rs) = if name == "decode" { decode(20, ops / 20) } else { evict(65536, 1024) };
+            let (cs, rs) = if name == "decode" {
+                decode(20, ops / 20)
+            } else {
+                evict(65536, 1024)
+            };
             ratios.extend(cs.iter().zip(&rs).map(|(a, b)| b / a));
             c.extend(cs);
             r.extend(rs);

@@ -98,7 +98,10 @@ pub mod sys {
         pub fn kvp_pool_check(pool: *mut kvp_pool) -> c_int;
         pub fn kvp_thread_flush();
 
-        pub fn kvp_manager_create(cfg: *const kvp_manager_config, out: *mut *mut kvp_manager) -> c_int;
+        pub fn kvp_manager_create(
+            cfg: *const kvp_manager_config,
+            out: *mut *mut kvp_manager,
+        ) -> c_int;
         pub fn kvp_manager_destroy(m: *mut kvp_manager);
         pub fn kvp_seq_create(m: *mut kvp_manager, seq: u64, num_tokens: u32) -> c_int;
         pub fn kvp_seq_append(
@@ -121,10 +124,22 @@ pub mod sys {
         ) -> c_int;
         pub fn kvp_seq_set_priority(m: *mut kvp_manager, seq: u64, priority: i32) -> c_int;
         pub fn kvp_seq_info(m: *mut kvp_manager, seq: u64, info: *mut SeqInfo) -> c_int;
-        pub fn kvp_seq_blocks(m: *mut kvp_manager, seq: u64, ids: *mut u32, cap: u32, n: *mut u32) -> c_int;
+        pub fn kvp_seq_blocks(
+            m: *mut kvp_manager,
+            seq: u64,
+            ids: *mut u32,
+            cap: u32,
+            n: *mut u32,
+        ) -> c_int;
         pub fn kvp_admit(m: *mut kvp_manager, num_tokens: u32) -> c_int;
         pub fn kvp_evict(m: *mut kvp_manager, victim: *mut u64) -> c_int;
-        pub fn kvp_evict_until(m: *mut kvp_manager, target: f32, victims: *mut u64, cap: u32, n: *mut u32) -> c_int;
+        pub fn kvp_evict_until(
+            m: *mut kvp_manager,
+            target: f32,
+            victims: *mut u64,
+            cap: u32,
+            n: *mut u32,
+        ) -> c_int;
         pub fn kvp_manager_stats(m: *mut kvp_manager, st: *mut Stats);
         pub fn kvp_manager_check(m: *mut kvp_manager) -> c_int;
         pub fn kvp_export_block_table(
@@ -144,7 +159,13 @@ pub mod sys {
             cap: u32,
             last_page_len: *mut i32,
         ) -> c_int;
-        pub fn kvp_export_slot_mapping(m: *mut kvp_manager, seq: u64, first_pos: u32, n: u32, slots: *mut i64) -> c_int;
+        pub fn kvp_export_slot_mapping(
+            m: *mut kvp_manager,
+            seq: u64,
+            first_pos: u32,
+            n: u32,
+            slots: *mut i64,
+        ) -> c_int;
         pub fn kvp_hash_blocks(
             algo: c_int,
             parent: *const BlockHash,
@@ -163,12 +184,41 @@ pub mod sys {
             num_tokens: u32,
             cached_tokens: *mut u32,
         ) -> c_int;
-        pub fn kvp_seq_commit(m: *mut kvp_manager, seq: u64, hashes: *const BlockHash, nhashes: u32) -> c_int;
+        pub fn kvp_seq_commit(
+            m: *mut kvp_manager,
+            seq: u64,
+            hashes: *const BlockHash,
+            nhashes: u32,
+        ) -> c_int;
         pub fn kvp_prefix_reset(m: *mut kvp_manager) -> c_int;
-        pub fn kvp_manager_set_event_cb(m: *mut kvp_manager, cb: kvp_event_cb, arg: *mut c_void) -> c_int;
-        pub fn kvp_seq_write(m: *mut kvp_manager, seq: u64, pos: u32, layer: u32, k: *const c_void, v: *const c_void) -> c_int;
-        pub fn kvp_seq_read(m: *mut kvp_manager, seq: u64, pos: u32, layer: u32, k: *mut c_void, v: *mut c_void) -> c_int;
-        pub fn kvp_seq_gather(m: *mut kvp_manager, seq: u64, layer: u32, k: *mut c_void, v: *mut c_void) -> c_int;
+        pub fn kvp_manager_set_event_cb(
+            m: *mut kvp_manager,
+            cb: kvp_event_cb,
+            arg: *mut c_void,
+        ) -> c_int;
+        pub fn kvp_seq_write(
+            m: *mut kvp_manager,
+            seq: u64,
+            pos: u32,
+            layer: u32,
+            k: *const c_void,
+            v: *const c_void,
+        ) -> c_int;
+        pub fn kvp_seq_read(
+            m: *mut kvp_manager,
+            seq: u64,
+            pos: u32,
+            layer: u32,
+            k: *mut c_void,
+            v: *mut c_void,
+        ) -> c_int;
+        pub fn kvp_seq_gather(
+            m: *mut kvp_manager,
+            seq: u64,
+            layer: u32,
+            k: *mut c_void,
+            v: *mut c_void,
+        ) -> c_int;
     }
 }
 
@@ -247,7 +297,13 @@ impl Error {
 
 impl fmt::Debug for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Error({:?}, errno {}: {})", self.kind(), self.code, self.message())
+        write!(
+            f,
+            "Error({:?}, errno {}: {})",
+            self.kind(),
+            self.code,
+            self.message()
+        )
     }
 }
 
@@ -390,7 +446,10 @@ impl Clone for Pool {
     fn clone(&self) -> Pool {
         // SAFETY: self holds a reference.
         unsafe { sys::kvp_pool_ref(self.p.as_ptr()) };
-        Pool { p: self.p, dtype: self.dtype }
+        Pool {
+            p: self.p,
+            dtype: self.dtype,
+        }
     }
 }
 
@@ -468,7 +527,10 @@ impl Pool {
     pub fn alloc_block(&self) -> Result<Block<'_>> {
         let mut id = [0u32];
         self.alloc_into(&mut id)?;
-        Ok(Block { pool: self, id: id[0] })
+        Ok(Block {
+            pool: self,
+            id: id[0],
+        })
     }
 
     pub fn block_tokens(&self) -> u32 {
@@ -543,7 +605,10 @@ impl<'p> Block<'p> {
     /// Another reference on the same block (kvp_block_ref).
     pub fn share(&self) -> Result<Block<'p>> {
         self.pool.block_ref(self.id)?;
-        Ok(Block { pool: self.pool, id: self.id })
+        Ok(Block {
+            pool: self.pool,
+            id: self.id,
+        })
     }
 
     /// The block's data as elements of the pool's dtype (T of its size;
@@ -554,7 +619,10 @@ impl<'p> Block<'p> {
         // Block lives) and the pool outlives 'p; the arena is aligned
         // for every dtype; writers need &mut of the only holder.
         Ok(unsafe {
-            std::slice::from_raw_parts(sys::kvp_block_data(self.pool.as_ptr(), self.id) as *const T, n)
+            std::slice::from_raw_parts(
+                sys::kvp_block_data(self.pool.as_ptr(), self.id) as *const T,
+                n,
+            )
         })
     }
 
@@ -566,7 +634,10 @@ impl<'p> Block<'p> {
         }
         // SAFETY: as data(), and this Block is the block's only holder.
         Ok(unsafe {
-            std::slice::from_raw_parts_mut(sys::kvp_block_data(self.pool.as_ptr(), self.id) as *mut T, n)
+            std::slice::from_raw_parts_mut(
+                sys::kvp_block_data(self.pool.as_ptr(), self.id) as *mut T,
+                n,
+            )
         })
     }
 }
@@ -631,9 +702,13 @@ pub fn hash_blocks(
         None => None,
     };
     let k = sys::kvp_hash_keys {
-        salt: keys.salt.map_or(ptr::null(), |s| s.as_ptr() as *const c_void),
+        salt: keys
+            .salt
+            .map_or(ptr::null(), |s| s.as_ptr() as *const c_void),
         salt_len: keys.salt.map_or(0, |s| s.len()),
-        lora: lora.as_ref().map_or(ptr::null(), |s| s.as_ptr() as *const c_char),
+        lora: lora
+            .as_ref()
+            .map_or(ptr::null(), |s| s.as_ptr() as *const c_char),
     };
     // SAFETY: out has room for every full block; k's pointers live.
     let got = check(unsafe {
@@ -681,7 +756,12 @@ pub struct ManagerConfig {
 
 impl Default for ManagerConfig {
     fn default() -> ManagerConfig {
-        ManagerConfig { policy: Policy::Lru, eviction_threshold: 0.0, watermark: 0.0, prefix_cache: false }
+        ManagerConfig {
+            policy: Policy::Lru,
+            eviction_threshold: 0.0,
+            watermark: 0.0,
+            prefix_cache: false,
+        }
     }
 }
 
@@ -857,7 +937,14 @@ impl Manager {
         let mut cached = 0u32;
         // SAFETY: hashes has nhashes entries.
         check(unsafe {
-            sys::kvp_seq_create_cached(self.as_ptr(), seq, hashes.as_ptr(), len32(hashes.len())?, num_tokens, &mut cached)
+            sys::kvp_seq_create_cached(
+                self.as_ptr(),
+                seq,
+                hashes.as_ptr(),
+                len32(hashes.len())?,
+                num_tokens,
+                &mut cached,
+            )
         })?;
         Ok(cached)
     }
@@ -866,8 +953,10 @@ impl Manager {
     /// were newly cached.
     pub fn commit(&self, seq: u64, hashes: &[BlockHash]) -> Result<u32> {
         // SAFETY: hashes has nhashes entries.
-        check(unsafe { sys::kvp_seq_commit(self.as_ptr(), seq, hashes.as_ptr(), len32(hashes.len())?) })
-            .map(|n| n as u32)
+        check(unsafe {
+            sys::kvp_seq_commit(self.as_ptr(), seq, hashes.as_ptr(), len32(hashes.len())?)
+        })
+        .map(|n| n as u32)
     }
 
     /// Appends token slots; returns the copy-on-write copy to perform.
@@ -876,7 +965,8 @@ impl Manager {
         let mut cow = Copy::default();
         let mut ncow = 0u32;
         // SAFETY: cow has room for cow_cap = 1 copy.
-        let rc = unsafe { sys::kvp_seq_append(self.as_ptr(), seq, num_tokens, &mut cow, 1, &mut ncow) };
+        let rc =
+            unsafe { sys::kvp_seq_append(self.as_ptr(), seq, num_tokens, &mut cow, 1, &mut ncow) };
         if rc != 0 {
             return Err(Error::from_rc(rc));
         }
@@ -903,7 +993,9 @@ impl Manager {
     pub fn stream_trim(&self, seq: u64, sink_tokens: u32, window_tokens: u32) -> Result<u32> {
         let mut ev = 0u32;
         // SAFETY: ev is a valid out pointer.
-        check(unsafe { sys::kvp_seq_stream_trim(self.as_ptr(), seq, sink_tokens, window_tokens, &mut ev) })?;
+        check(unsafe {
+            sys::kvp_seq_stream_trim(self.as_ptr(), seq, sink_tokens, window_tokens, &mut ev)
+        })?;
         Ok(ev)
     }
 
@@ -925,7 +1017,15 @@ impl Manager {
         loop {
             let mut n = 0u32;
             // SAFETY: ids has cap entries.
-            let rc = unsafe { sys::kvp_seq_blocks(self.as_ptr(), seq, ids.as_mut_ptr(), len32(ids.len())?, &mut n) };
+            let rc = unsafe {
+                sys::kvp_seq_blocks(
+                    self.as_ptr(),
+                    seq,
+                    ids.as_mut_ptr(),
+                    len32(ids.len())?,
+                    &mut n,
+                )
+            };
             if rc == -ENOSPC {
                 ids.resize((n as usize).max(2 * ids.len()), 0);
                 continue;
@@ -938,11 +1038,13 @@ impl Manager {
 
     pub fn admit(&self, num_tokens: u32) -> Result<Admit> {
         // SAFETY: plain call on a live manager.
-        Ok(match check(unsafe { sys::kvp_admit(self.as_ptr(), num_tokens) })? {
-            0 => Admit::Ok,
-            1 => Admit::Later,
-            _ => Admit::Never,
-        })
+        Ok(
+            match check(unsafe { sys::kvp_admit(self.as_ptr(), num_tokens) })? {
+                0 => Admit::Ok,
+                1 => Admit::Later,
+                _ => Admit::Never,
+            },
+        )
     }
 
     /// Evicts one sequence by policy and returns its id.
@@ -959,7 +1061,9 @@ impl Manager {
         let mut v = vec![0u64; cap as usize];
         let mut n = 0u32;
         // SAFETY: v has cap entries.
-        let rc = check(unsafe { sys::kvp_evict_until(self.as_ptr(), target, v.as_mut_ptr(), cap, &mut n) })?;
+        let rc = check(unsafe {
+            sys::kvp_evict_until(self.as_ptr(), target, v.as_mut_ptr(), cap, &mut n)
+        })?;
         v.truncate(n as usize);
         Ok((v, rc == 0))
     }
@@ -991,7 +1095,9 @@ impl Manager {
         match f {
             None => {
                 // SAFETY: &mut self: nobody else uses the manager.
-                check(unsafe { sys::kvp_manager_set_event_cb(self.as_ptr(), None, ptr::null_mut()) })?;
+                check(unsafe {
+                    sys::kvp_manager_set_event_cb(self.as_ptr(), None, ptr::null_mut())
+                })?;
                 self.cb = None;
             }
             Some(f) => {
@@ -999,7 +1105,9 @@ impl Manager {
                 let arg = &*b as *const Box<EventFn> as *mut c_void;
                 // SAFETY: arg points into a box kept alive in self.cb
                 // until it is replaced, after the C side stops using it.
-                check(unsafe { sys::kvp_manager_set_event_cb(self.as_ptr(), Some(event_trampoline), arg) })?;
+                check(unsafe {
+                    sys::kvp_manager_set_event_cb(self.as_ptr(), Some(event_trampoline), arg)
+                })?;
                 self.cb = Some(b);
             }
         }
@@ -1013,12 +1121,26 @@ impl Manager {
         loop {
             // SAFETY: a NULL table asks for the stride.
             let stride = check(unsafe {
-                sys::kvp_export_block_table(self.as_ptr(), seqs.as_ptr(), n, ptr::null_mut(), 0, pad)
+                sys::kvp_export_block_table(
+                    self.as_ptr(),
+                    seqs.as_ptr(),
+                    n,
+                    ptr::null_mut(),
+                    0,
+                    pad,
+                )
             })? as usize;
             let mut t = vec![0i32; stride * seqs.len()];
             // SAFETY: t has n rows of stride entries.
             let rc = unsafe {
-                sys::kvp_export_block_table(self.as_ptr(), seqs.as_ptr(), n, t.as_mut_ptr(), stride as u32, pad)
+                sys::kvp_export_block_table(
+                    self.as_ptr(),
+                    seqs.as_ptr(),
+                    n,
+                    t.as_mut_ptr(),
+                    stride as u32,
+                    pad,
+                )
             };
             if rc == -ENOSPC {
                 continue; // a sequence grew meanwhile
@@ -1034,7 +1156,15 @@ impl Manager {
         loop {
             // SAFETY: NULL indices ask for the count.
             let need = check(unsafe {
-                sys::kvp_export_csr(self.as_ptr(), seqs.as_ptr(), n, ptr::null_mut(), ptr::null_mut(), 0, ptr::null_mut())
+                sys::kvp_export_csr(
+                    self.as_ptr(),
+                    seqs.as_ptr(),
+                    n,
+                    ptr::null_mut(),
+                    ptr::null_mut(),
+                    0,
+                    ptr::null_mut(),
+                )
             })? as usize;
             let mut c = Csr {
                 indptr: vec![0; seqs.len() + 1],
@@ -1066,7 +1196,9 @@ impl Manager {
     pub fn slot_mapping(&self, seq: u64, first_pos: u32, n: u32) -> Result<Vec<i64>> {
         let mut s = vec![0i64; n as usize];
         // SAFETY: s has n entries.
-        check(unsafe { sys::kvp_export_slot_mapping(self.as_ptr(), seq, first_pos, n, s.as_mut_ptr()) })?;
+        check(unsafe {
+            sys::kvp_export_slot_mapping(self.as_ptr(), seq, first_pos, n, s.as_mut_ptr())
+        })?;
         Ok(s)
     }
 
@@ -1090,25 +1222,57 @@ impl Manager {
     fn gather_bufs<T: Element>(&self, seq: u64) -> Result<(usize, Vec<T>, Vec<T>)> {
         let n = self.row_elems::<T>()?;
         let tokens = self.info(seq)?.num_tokens as usize;
-        Ok((n, vec![T::default(); n * tokens], vec![T::default(); n * tokens]))
+        Ok((
+            n,
+            vec![T::default(); n * tokens],
+            vec![T::default(); n * tokens],
+        ))
     }
 
     /// Writes token pos's K and V rows of one layer (row_bytes each).
-    pub fn write<T: Element>(&self, seq: u64, pos: u32, layer: u32, k: &[T], v: &[T]) -> Result<()> {
+    pub fn write<T: Element>(
+        &self,
+        seq: u64,
+        pos: u32,
+        layer: u32,
+        k: &[T],
+        v: &[T],
+    ) -> Result<()> {
         self.check_rows::<T>(k.len(), v.len())?;
         // SAFETY: k and v hold one row each.
         check(unsafe {
-            sys::kvp_seq_write(self.as_ptr(), seq, pos, layer, k.as_ptr() as *const c_void, v.as_ptr() as *const c_void)
+            sys::kvp_seq_write(
+                self.as_ptr(),
+                seq,
+                pos,
+                layer,
+                k.as_ptr() as *const c_void,
+                v.as_ptr() as *const c_void,
+            )
         })
         .map(|_| ())
     }
 
     /// Reads token pos's K and V rows of one layer into k and v.
-    pub fn read<T: Element>(&self, seq: u64, pos: u32, layer: u32, k: &mut [T], v: &mut [T]) -> Result<()> {
+    pub fn read<T: Element>(
+        &self,
+        seq: u64,
+        pos: u32,
+        layer: u32,
+        k: &mut [T],
+        v: &mut [T],
+    ) -> Result<()> {
         self.check_rows::<T>(k.len(), v.len())?;
         // SAFETY: k and v have room for one row each.
         check(unsafe {
-            sys::kvp_seq_read(self.as_ptr(), seq, pos, layer, k.as_mut_ptr() as *mut c_void, v.as_mut_ptr() as *mut c_void)
+            sys::kvp_seq_read(
+                self.as_ptr(),
+                seq,
+                pos,
+                layer,
+                k.as_mut_ptr() as *mut c_void,
+                v.as_mut_ptr() as *mut c_void,
+            )
         })
         .map(|_| ())
     }
@@ -1118,7 +1282,11 @@ impl Manager {
     /// other threads append to seq: it returns the tokens it saw).
     pub fn gather<T: Element>(&self, seq: u64, layer: u32) -> Result<(Vec<T>, Vec<T>)> {
         let (n, mut k, mut v) = self.gather_bufs::<T>(seq)?;
-        for (pos, (kr, vr)) in k.chunks_mut(n.max(1)).zip(v.chunks_mut(n.max(1))).enumerate() {
+        for (pos, (kr, vr)) in k
+            .chunks_mut(n.max(1))
+            .zip(v.chunks_mut(n.max(1)))
+            .enumerate()
+        {
             self.read(seq, pos as u32, layer, kr, vr)?;
         }
         Ok((k, v))
@@ -1130,7 +1298,11 @@ impl Manager {
     /// No other thread may append to seq during the call: the C function
     /// writes every token the sequence holds when it runs, into vectors
     /// sized from its token count just before.
-    pub unsafe fn gather_unchecked<T: Element>(&self, seq: u64, layer: u32) -> Result<(Vec<T>, Vec<T>)> {
+    pub unsafe fn gather_unchecked<T: Element>(
+        &self,
+        seq: u64,
+        layer: u32,
+    ) -> Result<(Vec<T>, Vec<T>)> {
         let (_, mut k, mut v) = self.gather_bufs::<T>(seq)?;
         check(sys::kvp_seq_gather(
             self.as_ptr(),

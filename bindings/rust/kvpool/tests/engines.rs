@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use kvpool::{
-    hash_blocks, Admit, DType, ErrorKind, EventKind, HashAlgo, HashKeys, Layout, Manager, ManagerConfig, Policy,
-    Pool, PoolConfig,
+    hash_blocks, Admit, DType, ErrorKind, EventKind, HashAlgo, HashKeys, Layout, Manager,
+    ManagerConfig, Policy, Pool, PoolConfig,
 };
 
 fn id_pool(blocks: u32) -> Pool {
@@ -70,7 +70,10 @@ fn refcounts_and_double_free() {
     pool.free(&ids).unwrap();
     assert_eq!(pool.free(&ids).unwrap_err().kind(), ErrorKind::AlreadyFree);
     assert_eq!(pool.free(&[99]).unwrap_err().kind(), ErrorKind::OutOfRange);
-    assert_eq!(Pool::new(&PoolConfig::new(0, 16)).err().unwrap().kind(), ErrorKind::InvalidArgument);
+    assert_eq!(
+        Pool::new(&PoolConfig::new(0, 16)).err().unwrap().kind(),
+        ErrorKind::InvalidArgument
+    );
 }
 
 #[test]
@@ -124,7 +127,12 @@ fn shared_pool_across_threads() {
 // -- a paged KV cache: page read and write ------------------------------
 
 fn data_pool(blocks: u32) -> Pool {
-    let lay = Layout { num_layers: 2, num_kv_heads: 2, head_dim: 4, dtype: DType::F32 };
+    let lay = Layout {
+        num_layers: 2,
+        num_kv_heads: 2,
+        head_dim: 4,
+        dtype: DType::F32,
+    };
     Pool::new(&PoolConfig::new(blocks, 4).layout(lay)).unwrap()
 }
 
@@ -143,11 +151,23 @@ fn page_read_write() {
     m.read(1, 5, 1, &mut k, &mut v).unwrap();
     assert_eq!(k[3], 503.0);
     assert_eq!(v[3], -503.0);
-    assert_eq!(m.read(1, 6, 1, &mut k, &mut v).unwrap_err().kind(), ErrorKind::OutOfRange);
-    assert_eq!(m.write(1, 0, 2, &k, &v).unwrap_err().kind(), ErrorKind::InvalidArgument);
-    assert_eq!(m.write(1, 0, 0, &k[..4], &v[..4]).unwrap_err().kind(), ErrorKind::InvalidArgument);
+    assert_eq!(
+        m.read(1, 6, 1, &mut k, &mut v).unwrap_err().kind(),
+        ErrorKind::OutOfRange
+    );
+    assert_eq!(
+        m.write(1, 0, 2, &k, &v).unwrap_err().kind(),
+        ErrorKind::InvalidArgument
+    );
+    assert_eq!(
+        m.write(1, 0, 0, &k[..4], &v[..4]).unwrap_err().kind(),
+        ErrorKind::InvalidArgument
+    );
     let wrong: Vec<f64> = vec![0.0; 4];
-    assert_eq!(m.write(1, 0, 0, &wrong, &wrong).unwrap_err().kind(), ErrorKind::InvalidArgument);
+    assert_eq!(
+        m.write(1, 0, 0, &wrong, &wrong).unwrap_err().kind(),
+        ErrorKind::InvalidArgument
+    );
     let (gk, gv) = m.gather::<f32>(1, 1).unwrap();
     assert_eq!(gk.len(), 6 * 8);
     assert_eq!(gk[4 * 8 + 2], 402.0);
@@ -157,8 +177,14 @@ fn page_read_write() {
     assert_eq!((uk, uv), (gk, gv));
     // A fork shares the pages: writes go through copy-on-write.
     m.fork(1, 2).unwrap();
-    assert_eq!(m.write(2, 5, 1, &k, &v).unwrap_err().kind(), ErrorKind::Busy);
-    let copy = m.append(2, 1).unwrap().expect("shared partial page is copied");
+    assert_eq!(
+        m.write(2, 5, 1, &k, &v).unwrap_err().kind(),
+        ErrorKind::Busy
+    );
+    let copy = m
+        .append(2, 1)
+        .unwrap()
+        .expect("shared partial page is copied");
     assert_eq!(copy.tokens, 2);
     m.read(2, 5, 1, &mut k, &mut v).unwrap();
     assert_eq!(k[3], 503.0, "the copy carries the bytes");
@@ -176,7 +202,10 @@ fn block_data_slices() {
         d[elems - 1] = 2.5;
     }
     assert_eq!(b.data::<f32>().unwrap()[elems - 1], 2.5);
-    assert_eq!(b.data::<u8>().unwrap_err().kind(), ErrorKind::InvalidArgument);
+    assert_eq!(
+        b.data::<u8>().unwrap_err().kind(),
+        ErrorKind::InvalidArgument
+    );
     let shared = b.share().unwrap();
     assert_eq!(pool.refcount(b.id()).unwrap(), 2);
     assert_eq!(b.data_mut::<f32>().unwrap_err().kind(), ErrorKind::Busy);
@@ -187,7 +216,10 @@ fn block_data_slices() {
     assert_eq!(pool.stats().used, 0);
     let idonly = id_pool(2);
     let blk = idonly.alloc_block().unwrap();
-    assert_eq!(blk.data::<f32>().unwrap_err().kind(), ErrorKind::InvalidArgument);
+    assert_eq!(
+        blk.data::<f32>().unwrap_err().kind(),
+        ErrorKind::InvalidArgument
+    );
 }
 
 // -- a KV-cache manager: sequences, forks, exports ----------------------
@@ -206,7 +238,10 @@ fn sequences_fork_cow_exports() {
     assert_eq!(m.info(2).unwrap().num_tokens, 42);
     let (t, stride) = m.block_table(&[1, 2], -1).unwrap();
     assert_eq!(stride, 3);
-    assert_eq!(&t[..3], &b1[..].iter().map(|&x| x as i32).collect::<Vec<_>>()[..]);
+    assert_eq!(
+        &t[..3],
+        &b1[..].iter().map(|&x| x as i32).collect::<Vec<_>>()[..]
+    );
     assert_eq!(t[5], c.dst as i32);
     let csr = m.csr(&[1, 2]).unwrap();
     assert_eq!(csr.indptr, vec![0, 3, 6]);
@@ -216,7 +251,10 @@ fn sequences_fork_cow_exports() {
     assert_eq!(m.create(1, 0).unwrap_err().kind(), ErrorKind::Exists);
     assert_eq!(m.append(9, 1).unwrap_err().kind(), ErrorKind::NotFound);
     assert_eq!(m.fork(9, 10).unwrap_err().kind(), ErrorKind::NotFound);
-    assert_eq!(m.truncate(1, 100).unwrap_err().kind(), ErrorKind::OutOfRange);
+    assert_eq!(
+        m.truncate(1, 100).unwrap_err().kind(),
+        ErrorKind::OutOfRange
+    );
     let st = m.stats();
     assert_eq!((st.sequences, st.forks, st.cow_copies), (2, 1, 1));
     m.check().unwrap();
@@ -225,7 +263,14 @@ fn sequences_fork_cow_exports() {
 #[test]
 fn admission_and_eviction() {
     let pool = id_pool(10);
-    let m = Manager::new(&pool, &ManagerConfig { policy: Policy::Longest, ..Default::default() }).unwrap();
+    let m = Manager::new(
+        &pool,
+        &ManagerConfig {
+            policy: Policy::Longest,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     assert_eq!(m.admit(16).unwrap(), Admit::Ok);
     assert_eq!(m.admit(16 * 11).unwrap(), Admit::Never);
     m.create(1, 16 * 2).unwrap();
@@ -258,11 +303,20 @@ fn trim_and_rollback() {
 #[test]
 fn prefix_hits_and_events() {
     let pool = id_pool(8);
-    let mut m = Manager::new(&pool, &ManagerConfig { prefix_cache: true, ..Default::default() }).unwrap();
+    let mut m = Manager::new(
+        &pool,
+        &ManagerConfig {
+            prefix_cache: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     let events = Arc::new(Mutex::new(Vec::new()));
     let ev2 = Arc::clone(&events);
     m.set_event_callback(Some(Box::new(move |e| {
-        ev2.lock().unwrap().push((e.kind, e.hashes.to_vec(), e.parent.copied(), e.num_tokens));
+        ev2.lock()
+            .unwrap()
+            .push((e.kind, e.hashes.to_vec(), e.parent.copied(), e.num_tokens));
     })))
     .unwrap();
     let prompt: Vec<u32> = (0..50).collect();
@@ -270,11 +324,18 @@ fn prefix_hits_and_events() {
     assert_eq!(h.len(), 3);
     assert_eq!(m.create_cached(1, &h, 50).unwrap(), 0);
     assert_eq!(m.commit(1, &h).unwrap(), 3);
-    assert_eq!(m.create_cached(2, &h, 50).unwrap(), 48, "a hit on every full block");
+    assert_eq!(
+        m.create_cached(2, &h, 50).unwrap(),
+        48,
+        "a hit on every full block"
+    );
     m.free(1).unwrap();
     m.free(2).unwrap();
     let st = m.stats();
-    assert_eq!((st.prefix_queries, st.prefix_hits, st.prefix_cached_blocks), (100, 48, 3));
+    assert_eq!(
+        (st.prefix_queries, st.prefix_hits, st.prefix_cached_blocks),
+        (100, 48, 3)
+    );
     {
         let ev = events.lock().unwrap();
         assert_eq!(ev.len(), 1);
@@ -284,11 +345,18 @@ fn prefix_hits_and_events() {
     m.create(3, 16 * 8).unwrap();
     {
         let ev = events.lock().unwrap();
-        let removed: Vec<_> = ev.iter().filter(|e| e.0 == EventKind::Removed).flat_map(|e| e.1.clone()).collect();
+        let removed: Vec<_> = ev
+            .iter()
+            .filter(|e| e.0 == EventKind::Removed)
+            .flat_map(|e| e.1.clone())
+            .collect();
         assert_eq!(removed.len(), 3);
         assert_eq!(removed[0], h[2]);
     }
-    assert_eq!(m.create_cached(4, &h, 50).unwrap_err().kind(), ErrorKind::NoSpace);
+    assert_eq!(
+        m.create_cached(4, &h, 50).unwrap_err().kind(),
+        ErrorKind::NoSpace
+    );
     m.free(3).unwrap();
     assert_eq!(m.create_cached(4, &h, 50).unwrap(), 0, "evicted: no hit");
     m.free(4).unwrap();
@@ -310,13 +378,35 @@ fn every_hash_profile() {
         assert_eq!(h, hash_blocks(algo, None, &none, &toks, 16).unwrap());
         let tail = hash_blocks(algo, Some(&h[0]), &none, &toks[16..32], 16).unwrap();
         assert_eq!(tail[0], h[1], "{:?}: chaining", algo);
-        let salted = hash_blocks(algo, None, &HashKeys { salt: Some(b"t"), lora: None }, &toks, 16).unwrap();
+        let salted = hash_blocks(
+            algo,
+            None,
+            &HashKeys {
+                salt: Some(b"t"),
+                lora: None,
+            },
+            &toks,
+            16,
+        )
+        .unwrap();
         assert_ne!(salted[0], h[0]);
-        let lora = hash_blocks(algo, None, &HashKeys { salt: None, lora: Some("ad") }, &toks, 16).unwrap();
+        let lora = hash_blocks(
+            algo,
+            None,
+            &HashKeys {
+                salt: None,
+                lora: Some("ad"),
+            },
+            &toks,
+            16,
+        )
+        .unwrap();
         assert_ne!(lora[5], h[5]);
     }
     assert_eq!(
-        hash_blocks(HashAlgo::Sha256, None, &HashKeys::default(), &toks, 0).unwrap_err().kind(),
+        hash_blocks(HashAlgo::Sha256, None, &HashKeys::default(), &toks, 0)
+            .unwrap_err()
+            .kind(),
         ErrorKind::InvalidArgument
     );
 }
@@ -350,6 +440,9 @@ fn threads_share_a_manager() {
     let st = m.stats();
     assert_eq!(st.forks, forks.load(Ordering::Relaxed));
     assert_eq!(st.sequences, 1 + 4 * 167);
-    assert_eq!(st.cow_copies, 2000, "every fork copied the shared last block once");
+    assert_eq!(
+        st.cow_copies, 2000,
+        "every fork copied the shared last block once"
+    );
     m.check().unwrap();
 }
