@@ -340,6 +340,25 @@ KVP_API int kvp_seq_append(struct kvp_manager *m, uint64_t seq,
 			   uint32_t cow_cap, uint32_t *ncow);
 
 /*
+ * Appends num_tokens[i] token slots (one each if num_tokens is NULL) to
+ * seqs[i], for i in order, each as kvp_seq_append does: for bindings whose
+ * per-call cost exceeds the append's (one Python call appends to a whole
+ * batch).  The copies of all appends go to cow[0..*ncow) in order (at most
+ * one per sequence; an append needing a copy when cow is full fails with
+ * -ENOSPC).  Returns the number of sequences appended, nseq when all were.
+ * It stops at the first append that fails: if that is seqs[0], it returns
+ * that append's negative errno and nothing changed; otherwise it returns
+ * how many were appended (seqs[0..ret) changed, the rest did not: call
+ * again from seqs[ret] to learn the error).  Errors: -EINVAL (NULL m, seqs
+ * NULL with nseq > 0, cow NULL with cow_cap > 0, nseq above INT32_MAX) and
+ * kvp_seq_append's.  ncow may be NULL.
+ */
+KVP_API int kvp_seq_append_batch(struct kvp_manager *m, const uint64_t *seqs,
+				 const uint32_t *num_tokens, uint32_t nseq,
+				 struct kvp_copy *cow, uint32_t cow_cap,
+				 uint32_t *ncow);
+
+/*
  * Creates sequence dst sharing all of src's blocks (one more reference on
  * each) and its token count; priority is inherited, access counters start
  * afresh.  Errors: -EINVAL, -ENOENT (src unknown, or freed concurrently),

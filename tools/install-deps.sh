@@ -1,14 +1,20 @@
 #!/bin/sh
 # Installs kvpool's build and test dependencies from Debian 12 packages
 # (clang, libclang-rt-14-dev and valgrind are for `make fuzz` and
-# `make check-valgrind` only: a build without them works).
+# `make check-valgrind` only: a build without them works; python3-cffi,
+# python3-numpy and cargo are for the Python and Rust bindings' tests,
+# which are skipped without them).  Rust: a cargo already on PATH or in
+# ~/.cargo/bin (rustup) is used; Debian's cargo is installed otherwise.
 # Runs apt-get through sudo unless already root.  Idempotent.
 set -e
 SUDO=
 [ "$(id -u)" -eq 0 ] || SUDO=sudo
 PKGS="build-essential autoconf automake libtool pkg-config autoconf-archive \
 check liburcu-dev libjemalloc-dev libxxhash-dev nettle-dev python3 \
-clang libclang-rt-14-dev valgrind"
+clang libclang-rt-14-dev valgrind python3-cffi python3-numpy"
+if ! command -v cargo >/dev/null 2>&1 && [ ! -x "$HOME/.cargo/bin/cargo" ]; then
+	PKGS="$PKGS cargo"
+fi
 # Only ask apt when something is missing: keeps repeated runs fast.
 missing=
 for p in $PKGS; do

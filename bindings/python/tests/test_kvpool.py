@@ -1,0 +1,378 @@
+"""Unit tests of the Python binding (make check runs them with and without
+NumPy: KVPOOL_NO_NUMPY=1 forces lists)."""
+import errno
+import gc
+import threading
+import unittest
+
+import kvpool
+from kvpool import _core
+
+NUMPY = _core.np is not None
+
+
+def as_list(x):
+    return [int(v) for v in x]
+
+
+class TestPool(unittest.TestCase):
+    def test_alloc_free_counts(self):
+        with kvpool.Pool(num_blocks=64, block_tokens=16) as pool:
+            ids = pool.alloc(10)
+            self.assertEqual(len(set(ids)), 10)
+            st = pool.stats()
+            self.assertIsInstance(st, kvpool.PoolStats)
+            self.assertEqual((st.total, st.used, st.free), (64, 10, 54))
+            pool.ref(ids[0])
+            self.assertEqual(pool.refcount(ids[0]), 2)
+            pool.free(ids)
+            self.assertEqual(pool.refcount(ids[0]), 1)
+            pool.free(ids[:1])
+            st = pool.stats()
+            self.assertEqual((st.used, st.allocs, st.frees), (0, 10, 10))
+            pool.check()
+
+    def test_exhaustion_then_realloc(self):
+        with kvpool.Pool(num_blocks=8, block_tokens=16, nocache=True) as p:
+            ids = p.alloc(8)
+            with self.assertRaises(kvpool.NoSpace) as cm:
+                p.alloc(1)
+            e = cm.exception
+            self.assertIsInstance(e, kvpool.Error)
+            self.assertEqual(e.errno, errno.ENOSPC)
+            self.assertIn(kvpool.strerror(-errno.ENOSPC), e.strerror)
+            self.assertEqual(kvpool.strerror(-errno.ENOSPC),
+                             "not enough free blocks")
+            p.free(ids[3:4])
+            self.assertEqual(p.alloc(1), ids[3:4])
+            p.free(ids)
+
+    def test_errors_change_nothing(self):
+        with kvpool.Pool(num_blocks=8) as p:
+            ids = p.alloc(2)
+            with self.assertRaises(kvpool.OutOfRange):
+                p.free([ids[0], 99])
+            self.assertEqual(p.refcount(ids[0]), 1)
+            p.free(ids)
+            with self.assertRaises(kvpool.AlreadyFree) as cm:
+                p.free(ids[:1])
+            self.assertEqual(cm.exception.errno, errno.EALREADY)
+        with self.assertRaises(kvpool.InvalidArgument):
+            kvpool.Pool(num_blocks=0)
+        with self.assertRaises(kvpool.InvalidArgument):
+            kvpool.Pool(num_blocks=8, layout=kvpool.Layout(1, 1, 1, "f7"))
+
+    def test_closed_pool(self):
+        p = kvpool.Pool(num_blocks=8)
+        p.close()
+        p.close()
+        with self.assertRaises(kvpool.InvalidArgument):
+            p.alloc(1)
+
+    def test_block_data(self):
+        lay = kvpool.Layout(num_layers=2, num_kv_heads=2, head_dim=4)
+        with kvpool.Pool(num_blocks=4, block_tokens=4, layout=lay) as p:
+            self.assertEqual(p.block_bytes, 2 * 2 * 4 * 2 * 4 * 4)
+            (b,) = p.alloc(1)
+            d = p.block_data(b)
+            d[0:4] = b"abcd"
+            self.assertEqual(bytes(p.block_data(b)[0:4]), b"abcd")
+            p.free([b])
+        with kvpool.Pool(num_blocks=4) as p:
+            with self.assertRaises(kvpool.InvalidArgument):
+                p.block_data(0)
+
+
+class TestManager(unittest.TestCase):
+    def setUp(self):
+        self.pool = kvpool.Pool(num_blocks=64, block_tokens=16)
+        self.m = kvpool.Manager(self.pool)
+
+    def tearDown(self):
+        self.m.close()
+        self.pool.close()
+
+    def test_create_append_fork_cow(self):
+        m = self.m
+        s = m.create(1, 20)
+        self.assertIsNone(s.append())
+        self.assertEqual(s.info().num_tokens, 21)
+        self.assertEqual(len(s.blocks()), 2)
+        f = s.fork(2)
+        self.assertEqual(as_list(f.blocks()), as_list(s.blocks()))
+        cp = f.append()
+        self.assertIsInstance(cp, kvpool.Copy)
+        self.assertEqual(cp.src, as_list(s.blocks())[1])
+        self.assertEqual(cp.tokens, 5)
+        self.assertEqual(as_list(f.blocks())[1], cp.dst)
+        st = m.stats()
+        self.assertIsInstance(st, kvpool.Stats)
+        self.assertEqual((st.sequences, st.forks, st.cow_copies), (2, 1, 1))
+        m.check()
+        s.free()
+        f.free()
+        self.assertEqual(self.pool.stats().used, 0)
+
+    def test_errors(self):
+        m = self.m
+        with self.assertRaises(kvpool.NotFound) as cm:
+            m.append(7)
+        self.assertEqual(cm.exception.errno, errno.ENOENT)
+        self.assertIn("unknown sequence", str(cm.exception))
+        m.create(7)
+        with self.assertRaises(kvpool.Exists):
+            m.create(7)
+        with self.assertRaises(kvpool.NoSpace):
+            m.create(8, 65 * 16)
+        with self.assertRaises(kvpool.OutOfRange):
+            m.truncate(7, 5)
+        self.assertEqual(m.stats().sequences, 1)
+        with self.assertRaises(kvpool.InvalidArgument):
+            kvpool.Manager(self.pool, policy="fifo")
+
+    def test_context_managers(self):
+        with self.m.create(3, 40) as s:
+            self.assertEqual(self.pool.stats().used, 3)
+        self.assertEqual(self.pool.stats().used, 0)
+        with self.m.create(4, 10) as s:
+            s.free()  # freeing inside the block is fine
+        with kvpool.Pool(16) as p:
+            m = kvpool.Manager(p)
+            with m:
+                m.create(1, 32)
+            with self.assertRaises(kvpool.InvalidArgument):
+                m.create(2)
+        del m
+        gc.collect()
+
+    def test_exports(self):
+        m = self.m
+        m.create(1, 40)
+        m.create(2, 5)
+        b1, b2 = as_list(m.blocks(1)), as_list(m.blocks(2))
+        t = m.block_table([1, 2], pad=-1)
+        if NUMPY:
+            self.assertEqual(str(t.dtype), "int32")
+            self.assertEqual(t.shape, (2, 3))
+            t = t.tolist()
+        self.assertEqual(t, [b1, b2 + [-1, -1]])
+        indptr, indices, last = m.csr([1, 2])
+        if NUMPY:
+            self.assertEqual(str(indices.dtype), "int32")
+        self.assertEqual(as_list(indptr), [0, 3, 4])
+        self.assertEqual(as_list(indices), b1 + b2)
+        self.assertEqual(as_list(last), [8, 5])
+        sm = m.slot_mapping(1, 30)
+        if NUMPY:
+            self.assertEqual(str(sm.dtype), "int64")
+        self.assertEqual(as_list(sm), [b1[1] * 16 + 14, b1[1] * 16 + 15] +
+                         [b1[2] * 16 + i for i in range(8)])
+        with self.assertRaises(kvpool.NotFound):
+            m.block_table([1, 9])
+        with self.assertRaises(kvpool.OutOfRange):
+            m.slot_mapping(2, 0, 6)
+
+    def test_append_many(self):
+        m = self.m
+        m.create(1, 16)
+        m.create(2, 3)
+        m.fork(2, 3)
+        copies = m.append_many([1, 2, 3])
+        self.assertEqual(len(copies), 1)
+        self.assertEqual([m.info(i).num_tokens for i in (1, 2, 3)],
+                         [17, 4, 4])
+        m.append_many([1, 2], num_tokens=[15, 12])
+        self.assertEqual(m.info(1).num_tokens, 32)
+        self.assertEqual(m.info(2).num_tokens, 16)
+        self.assertEqual(m.append_many([]), [])
+        # An unknown sequence in the middle: the ones before it changed.
+        with self.assertRaises(kvpool.NotFound) as cm:
+            m.append_many([1, 2, 99, 3])
+        self.assertEqual(cm.exception.done, 2)
+        self.assertEqual([m.info(i).num_tokens for i in (1, 2, 3)],
+                         [33, 17, 4])
+        with self.assertRaises(kvpool.InvalidArgument):
+            m.append_many([1, 2], num_tokens=[1])
+        self.assertEqual(m.stats().appends, 7)
+        m.check()
+
+    def test_append_batch_c(self):
+        # kvp_seq_append_batch itself, through the raw ABI.
+        from kvpool._ffi import ffi, lib
+        m = self.m
+        m.create(1, 3)
+        m.create(2, 3)
+        seqs = ffi.new("uint64_t[]", [1, 2, 9, 1])
+        cow = ffi.new("struct kvp_copy[]", 4)
+        ncow = ffi.new("uint32_t *")
+        before = m.stats()
+        self.assertEqual(lib.kvp_seq_append_batch(ffi.NULL, seqs, ffi.NULL,
+                                                  2, cow, 4, ncow),
+                         -errno.EINVAL)
+        self.assertEqual(lib.kvp_seq_append_batch(m._m, ffi.NULL, ffi.NULL,
+                                                  2, cow, 4, ncow),
+                         -errno.EINVAL)
+        self.assertEqual(lib.kvp_seq_append_batch(m._m, seqs, ffi.NULL, 2,
+                                                  ffi.NULL, 4, ncow),
+                         -errno.EINVAL)
+        self.assertEqual(lib.kvp_seq_append_batch(m._m, seqs + 2, ffi.NULL,
+                                                  2, cow, 4, ncow),
+                         -errno.ENOENT)
+        self.assertEqual(m.stats(), before)
+        self.assertEqual(lib.kvp_seq_append_batch(m._m, seqs, ffi.NULL, 0,
+                                                  cow, 4, ncow), 0)
+        self.assertEqual(lib.kvp_seq_append_batch(m._m, seqs, ffi.NULL, 4,
+                                                  cow, 4, ncow), 2)
+        self.assertEqual((m.info(1).num_tokens, m.info(2).num_tokens), (4, 4))
+        # A copy needed with cow full: the second fork's append fails.
+        m.fork(1, 3)
+        m.fork(2, 4)
+        seqs = ffi.new("uint64_t[]", [3, 4])
+        self.assertEqual(lib.kvp_seq_append_batch(m._m, seqs, ffi.NULL, 2,
+                                                  cow, 1, ncow), 1)
+        self.assertEqual(ncow[0], 1)
+        self.assertEqual(cow[0].tokens, 4)
+        self.assertEqual(lib.kvp_seq_append_batch(m._m, seqs + 1, ffi.NULL,
+                                                  1, cow, 0, ncow),
+                         -errno.ENOSPC)
+        self.assertEqual(m.info(4).num_tokens, 4)
+        m.check()
+
+    def test_admit_evict(self):
+        m = kvpool.Manager(self.pool, policy="longest")
+        self.assertEqual(m.admit(16), kvpool.ADMIT_OK)
+        self.assertEqual(m.admit(65 * 16), kvpool.ADMIT_NEVER)
+        m.create(1, 16)
+        m.create(2, 48)
+        self.assertEqual(m.evict(), 2)
+        victims, met = m.evict_until(0.0)
+        self.assertEqual((victims, met), ([1], True))
+        with self.assertRaises(kvpool.NotFound):
+            m.evict()
+        m.close()
+
+    def test_trim_priority(self):
+        m = self.m
+        s = m.create(1, 100)
+        self.assertEqual(m.stream_trim(1, 16, 16), 64)
+        self.assertEqual(s.num_tokens, 36)
+        s.set_priority(5)
+        self.assertEqual(s.info().priority, 5)
+
+    def test_kv_data(self):
+        lay = kvpool.Layout(num_layers=2, num_kv_heads=1, head_dim=2,
+                            dtype="u8")
+        with kvpool.Pool(8, block_tokens=2, layout=lay) as p, \
+                kvpool.Manager(p) as m:
+            self.assertEqual(p.row_bytes, 2)
+            s = m.create(1, 3)
+            for pos in range(3):
+                s.write(pos, 1, bytes([pos, 1]), bytes([pos, 2]))
+            self.assertEqual(s.read(2, 1), (bytearray([2, 1]),
+                                            bytearray([2, 2])))
+            k, v = s.gather(1)
+            self.assertEqual(bytes(k), bytes([0, 1, 1, 1, 2, 1]))
+            s.fork(2)
+            with self.assertRaises(kvpool.Busy):
+                s.write(0, 0, b"xx", b"yy")
+            with self.assertRaises(kvpool.InvalidArgument):
+                s.write(0, 5, b"xx", b"yy")
+
+
+class TestHash(unittest.TestCase):
+    def test_every_profile(self):
+        toks = list(range(100))
+        for name in kvpool.HASH_ALGOS:
+            if name.startswith("xxh3"):
+                kvpool.set_xxh3_seed(42)
+            h = kvpool.hash_blocks(toks, 16, algo=name)
+            self.assertEqual(len(h), 6, name)
+            self.assertTrue(all(len(x) == 32 for x in h))
+            self.assertEqual(len(set(h)), 6, name)
+            self.assertEqual(h, kvpool.hash_blocks(toks, 16, algo=name))
+            # Chaining: [a, b] from the root = [b] after a's hash.
+            tail = kvpool.hash_blocks(toks[16:32], 16, algo=name,
+                                      parent=h[0])
+            self.assertEqual(tail[0], h[1], name)
+            salted = kvpool.hash_blocks(toks, 16, algo=name, salt=b"t1")
+            self.assertNotEqual(salted[0], h[0], name)
+            lora = kvpool.hash_blocks(toks, 16, algo=name, lora="a")
+            self.assertNotEqual(lora[0], h[0], name)
+        xx = kvpool.hash_blocks(toks, 16, algo="xxh3_128")
+        self.assertEqual(xx[0][16:], bytes(16))
+        self.assertNotEqual(kvpool.hash_blocks(toks, 16)[0][16:], bytes(16))
+        with self.assertRaises(kvpool.InvalidArgument):
+            kvpool.hash_blocks(toks, 16, algo="md5")
+        with self.assertRaises(kvpool.InvalidArgument):
+            kvpool.hash_blocks(toks, 0)
+        self.assertEqual(len(kvpool.hash_blocks(toks[:15], 16)), 0)
+
+    def test_numpy_tokens(self):
+        if not NUMPY:
+            self.skipTest("NumPy not importable")
+        import numpy as np
+        toks = list(range(64))
+        self.assertEqual(kvpool.hash_blocks(np.arange(64, dtype=np.int64),
+                                            16),
+                         kvpool.hash_blocks(toks, 16))
+
+
+class TestPrefix(unittest.TestCase):
+    def test_hits_events(self):
+        pool = kvpool.Pool(num_blocks=8, block_tokens=4, nocache=True)
+        m = kvpool.Manager(pool, prefix_cache=True)
+        events = []
+        me = threading.get_ident()
+        m.set_event_callback(lambda ev: events.append(
+            (ev, threading.get_ident())))
+        toks = list(range(17))
+        h = kvpool.hash_blocks(toks, 4)
+        s = m.create_cached(1, h, 17)
+        self.assertEqual(s.cached_tokens, 0)
+        self.assertEqual(s.commit(h), 4)
+        self.assertEqual(len(events), 1)
+        ev, tid = events[0]
+        self.assertEqual(tid, me)
+        self.assertIsInstance(ev, kvpool.Event)
+        self.assertEqual((ev.type, ev.hashes, ev.parent, ev.block_tokens,
+                          ev.num_tokens), ("stored", list(h), None, 4, 16))
+        s.free()
+        s2 = m.create_cached(2, h, 17)
+        self.assertEqual(s2.cached_tokens, 16)
+        st = m.stats()
+        self.assertEqual((st.prefix_queries, st.prefix_hits), (34, 16))
+        self.assertAlmostEqual(st.prefix_hit_rate, 16 / 34)
+        with self.assertRaises(kvpool.Busy):
+            m.prefix_reset()
+        s2.free()
+        # Filling the pool evicts the idle cached blocks: REMOVED events.
+        events.clear()
+        m.create(3, 8 * 4)
+        removed = [h for e, _ in events if e.type == "removed"
+                   for h in e.hashes]
+        self.assertEqual(sorted(removed), sorted(h))
+        m.free(3)
+        m.set_event_callback(None)
+        m.close()
+        pool.close()
+
+    def test_reset_event(self):
+        with kvpool.Pool(16, block_tokens=4) as pool, \
+                kvpool.Manager(pool, prefix_cache=True) as m:
+            got = []
+            m.set_event_callback(got.append)
+            h = kvpool.hash_blocks(range(8), 4)
+            with m.create(1, 8) as s:
+                s.commit(h)
+            m.prefix_reset()
+            self.assertEqual([e.type for e in got], ["stored", "cleared"])
+            self.assertEqual(got[1].hashes, [])
+
+    def test_not_prefix_manager(self):
+        with kvpool.Pool(16) as pool, kvpool.Manager(pool) as m:
+            with self.assertRaises(kvpool.InvalidArgument):
+                m.create_cached(1, kvpool.hash_blocks(range(32), 16), 32)
+
+
+if __name__ == "__main__":
+    unittest.main()
