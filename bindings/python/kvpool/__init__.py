@@ -20,7 +20,8 @@ The library is found through $KVPOOL_LIBRARY (a path), then the libdir
 """
 from ._ffi import LIBRARY
 from ._core import (ADMIT_LATER, ADMIT_NEVER, ADMIT_OK, DTYPES, HASH_ALGOS,
-                    POLICIES, BlockHashes, Copy, Event, Layout, Manager, Pool,
+                    POLICIES, RETAIN_DEFAULT, RETAIN_MAX, RETAIN_PIN,
+                    BlockHashes, Copy, Event, Layout, Manager, Pool,
                     PoolStats, SeqInfo, Sequence, Stats, hash_blocks,
                     set_xxh3_seed, thread_flush)
 from .errors import (AlreadyFree, Busy, CheckFailed, Error, Exists,
@@ -30,7 +31,8 @@ from .errors import (AlreadyFree, Busy, CheckFailed, Error, Exists,
 __all__ = ["Pool", "Manager", "Sequence", "Layout", "PoolStats", "Stats",
            "SeqInfo", "Event", "Copy", "BlockHashes", "hash_blocks",
            "set_xxh3_seed", "thread_flush", "strerror", "DTYPES", "POLICIES",
-           "HASH_ALGOS", "ADMIT_OK", "ADMIT_LATER", "ADMIT_NEVER", "LIBRARY",
+           "HASH_ALGOS", "RETAIN_DEFAULT", "RETAIN_MAX", "RETAIN_PIN",
+           "ADMIT_OK", "ADMIT_LATER", "ADMIT_NEVER", "LIBRARY",
            "Error", "InvalidArgument", "NoSpace", "NoMemory", "NotFound",
            "Exists", "OutOfRange", "AlreadyFree", "Overflow", "Busy",
            "CheckFailed"]

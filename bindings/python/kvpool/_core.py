@@ -21,6 +21,9 @@ else:
 DTYPES = {"f32": 0, "f16": 1, "bf16": 2, "f64": 3, "u8": 4}
 #: Eviction policies (kvp_policy).
 POLICIES = {"lru": 0, "lfu": 1, "longest": 2, "priority": 3}
+#: Retention priorities (kvpool.h): the default, the highest below a
+#: pin, a pin (never evicted; capped per manager).
+RETAIN_DEFAULT, RETAIN_MAX, RETAIN_PIN = 0, 14, 15
 #: Hash profiles (kvp_hash_algo): a new profile of the C library is one
 #: line here.
 HASH_ALGOS = {
@@ -84,6 +87,8 @@ class Stats:
     prefix_cached_blocks: int
     prefix_commits: int
     prefix_evictions: int
+    prefix_pinned: int
+    retention_clock: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -368,7 +373,7 @@ class Manager:
     _cb = None
 
     def __init__(self, pool, policy="lru", eviction_threshold=0.0,
-                 watermark=0.0, prefix_cache=False):
+                 watermark=0.0, prefix_cache=False, max_pinned=0):
         cfg = ffi.new("struct kvp_manager_config *")
         cfg.pool = pool._p
         try:
@@ -378,6 +383,7 @@ class Manager:
                 from None
         cfg.eviction_threshold, cfg.watermark = eviction_threshold, watermark
         cfg.flags = PREFIX_CACHE if prefix_cache else 0
+        cfg.max_pinned = max_pinned
         out = ffi.new("struct kvp_manager **")
         _check(lib.kvp_manager_create(cfg, out), "Manager")
         self._m = out[0]
@@ -422,6 +428,38 @@ class Manager:
         blocks were newly cached."""
         c, n = _hashes(hashes)
         return _check(lib.kvp_seq_commit(self._m, seq, c, n), "commit")
+
+    def commit_retained(self, seq, hashes, ranges):
+        """commit() with retention: ranges is a list of (first_token,
+        num_tokens, priority[, duration]) (num_tokens 0: to the end;
+        priority 0..RETAIN_PIN; duration in ticks of the retention clock,
+        0 or absent: for ever).  Returns (blocks newly cached, pins
+        refused by the manager's cap)."""
+        c, n = _hashes(hashes)
+        rg = ffi.new("struct kvp_retention[]", max(len(ranges), 1))
+        for i, r in enumerate(ranges):
+            rg[i].first_token, rg[i].num_tokens, rg[i].priority = r[:3]
+            rg[i].duration = r[3] if len(r) > 3 else 0
+        unpinned = ffi.new("uint32_t *")
+        added = _check(lib.kvp_seq_commit_retained(
+            self._m, seq, c, n, rg, len(ranges), unpinned),
+            "commit_retained")
+        return added, unpinned[0]
+
+    def tick(self, steps=1):
+        """Advances the retention clock by steps; returns the new time."""
+        now = ffi.new("uint64_t *")
+        _check(lib.kvp_manager_tick(self._m, steps, now), "tick")
+        return now[0]
+
+    def retention(self, block_hash):
+        """(priority, expiry) of the block cached under block_hash (one
+        element of a Hashes); NotFound if none."""
+        c, n = _hashes([bytes(block_hash)])
+        prio = ffi.new("uint32_t *")
+        exp = ffi.new("uint64_t *")
+        _check(lib.kvp_prefix_retention(self._m, c, prio, exp), "retention")
+        return prio[0], exp[0]
 
     def append(self, seq, num_tokens=1):
         """Appends token slots; returns the Copy the engine must perform

@@ -45,6 +45,7 @@ struct kvp_manager_config {
     int policy;
     float eviction_threshold, watermark;
     uint32_t flags;
+    uint32_t max_pinned;
 };
 struct kvp_manager;
 int kvp_manager_create(const struct kvp_manager_config *cfg,
@@ -84,6 +85,7 @@ struct kvp_stats {
              prefix_hits;
     double prefix_hit_rate;
     uint64_t prefix_cached_blocks, prefix_commits, prefix_evictions;
+    uint64_t prefix_pinned, retention_clock;
 };
 void kvp_manager_stats(struct kvp_manager *m, struct kvp_stats *st);
 int kvp_manager_check(struct kvp_manager *m);
@@ -109,6 +111,18 @@ int kvp_seq_create_cached(struct kvp_manager *m, uint64_t seq,
                           uint32_t num_tokens, uint32_t *cached_tokens);
 int kvp_seq_commit(struct kvp_manager *m, uint64_t seq,
                    const struct kvp_hash *hashes, uint32_t nhashes);
+struct kvp_retention {
+    uint32_t first_token, num_tokens;
+    uint32_t priority;
+    uint64_t duration;
+};
+int kvp_seq_commit_retained(struct kvp_manager *m, uint64_t seq,
+                            const struct kvp_hash *hashes, uint32_t nhashes,
+                            const struct kvp_retention *ranges,
+                            uint32_t nranges, uint32_t *unpinned);
+int kvp_manager_tick(struct kvp_manager *m, uint64_t steps, uint64_t *now);
+int kvp_prefix_retention(struct kvp_manager *m, const struct kvp_hash *hash,
+                         uint32_t *priority, uint64_t *expires);
 int kvp_prefix_reset(struct kvp_manager *m);
 
 struct kvp_event {

@@ -317,6 +317,45 @@ class TestHash(unittest.TestCase):
                          kvpool.hash_blocks(toks, 16))
 
 
+class TestRetention(unittest.TestCase):
+    def test_order_pins_clock(self):
+        pool = kvpool.Pool(num_blocks=6, block_tokens=4, nocache=True)
+        m = kvpool.Manager(pool, prefix_cache=True, max_pinned=1)
+        sysp = kvpool.hash_blocks(list(range(8)), 4)        # 2 blocks
+        other = kvpool.hash_blocks(list(range(100, 116)), 4)  # 4 blocks
+        s = m.create_cached(1, sysp, 8)
+        # block 0 pinned, block 1 past the cap: RETAIN_MAX; for 5 ticks
+        self.assertEqual(m.commit_retained(
+            1, sysp, [(0, 0, kvpool.RETAIN_PIN, 5)]), (2, 1))
+        self.assertEqual(m.retention(sysp[0]), (kvpool.RETAIN_PIN, 5))
+        self.assertEqual(m.retention(sysp[1]), (kvpool.RETAIN_MAX, 5))
+        s.free()
+        o = m.create_cached(2, other, 16)
+        self.assertEqual(m.commit(2, other), 4)
+        o.free()
+        self.assertEqual(m.stats().prefix_pinned, 1)
+        # 4 blocks needed: the default ones go, the retained stay
+        e = m.create(3, 16)
+        for h in other:
+            with self.assertRaises(kvpool.NotFound):
+                m.retention(h)
+        # a pinned block is never evicted: one more is no space
+        with self.assertRaises(kvpool.NoSpace):
+            m.create(4, 8)
+        self.assertEqual(m.tick(5), 5)
+        self.assertEqual(m.retention(sysp[0]), (kvpool.RETAIN_DEFAULT, 0))
+        self.assertEqual(m.stats().prefix_pinned, 0)
+        self.assertEqual(m.stats().retention_clock, 5)
+        f = m.create(4, 8)
+        f.free()
+        e.free()
+        with self.assertRaises(kvpool.InvalidArgument):
+            m.commit_retained(9, sysp, [(0, 0, 16)])
+        m.check()
+        m.close()
+        pool.close()
+
+
 class TestPrefix(unittest.TestCase):
     def test_hits_events(self):
         pool = kvpool.Pool(num_blocks=8, block_tokens=4, nocache=True)

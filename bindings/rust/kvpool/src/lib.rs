@@ -60,6 +60,7 @@ pub mod sys {
         pub eviction_threshold: f32,
         pub watermark: f32,
         pub flags: u32,
+        pub max_pinned: u32,
     }
     #[repr(C)]
     pub struct kvp_hash_keys {
@@ -189,6 +190,22 @@ pub mod sys {
             seq: u64,
             hashes: *const BlockHash,
             nhashes: u32,
+        ) -> c_int;
+        pub fn kvp_seq_commit_retained(
+            m: *mut kvp_manager,
+            seq: u64,
+            hashes: *const BlockHash,
+            nhashes: u32,
+            ranges: *const super::Retention,
+            nranges: u32,
+            unpinned: *mut u32,
+        ) -> c_int;
+        pub fn kvp_manager_tick(m: *mut kvp_manager, steps: u64, now: *mut u64) -> c_int;
+        pub fn kvp_prefix_retention(
+            m: *mut kvp_manager,
+            hash: *const BlockHash,
+            priority: *mut u32,
+            expires: *mut u64,
         ) -> c_int;
         pub fn kvp_prefix_reset(m: *mut kvp_manager) -> c_int;
         pub fn kvp_manager_set_event_cb(
@@ -752,6 +769,8 @@ pub struct ManagerConfig {
     /// 0 = the default 0.01.
     pub watermark: f32,
     pub prefix_cache: bool,
+    /// Blocks pinned (RETAIN_PIN) at most; 0 = a quarter of the pool.
+    pub max_pinned: u32,
 }
 
 impl Default for ManagerConfig {
@@ -761,8 +780,27 @@ impl Default for ManagerConfig {
             eviction_threshold: 0.0,
             watermark: 0.0,
             prefix_cache: false,
+            max_pinned: 0,
         }
     }
+}
+
+/// Retention priorities (kvpool.h): the default, the highest below a
+/// pin, and a pin (never evicted; capped per manager).
+pub const RETAIN_DEFAULT: u32 = 0;
+pub const RETAIN_MAX: u32 = 14;
+pub const RETAIN_PIN: u32 = 15;
+
+/// `struct kvp_retention`: tokens [first_token, first_token + num_tokens)
+/// (num_tokens 0: to the end) at `priority` for `duration` ticks of the
+/// manager's retention clock (0: for ever).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Retention {
+    pub first_token: u32,
+    pub num_tokens: u32,
+    pub priority: u32,
+    pub duration: u64,
 }
 
 /// A copy-on-write copy the engine must perform: the first `tokens`
@@ -809,6 +847,8 @@ pub struct Stats {
     pub prefix_cached_blocks: u64,
     pub prefix_commits: u64,
     pub prefix_evictions: u64,
+    pub prefix_pinned: u64,
+    pub retention_clock: u64,
 }
 
 /// kvp_admit's answer.
@@ -906,6 +946,7 @@ impl Manager {
             eviction_threshold: cfg.eviction_threshold,
             watermark: cfg.watermark,
             flags: cfg.prefix_cache as u32,
+            max_pinned: cfg.max_pinned,
         };
         let mut out = ptr::null_mut();
         // SAFETY: c and out are valid for the call.
@@ -957,6 +998,46 @@ impl Manager {
             sys::kvp_seq_commit(self.as_ptr(), seq, hashes.as_ptr(), len32(hashes.len())?)
         })
         .map(|n| n as u32)
+    }
+
+    /// commit with retention ranges; returns (blocks newly cached, pins
+    /// the manager's cap refused).
+    pub fn commit_retained(
+        &self,
+        seq: u64,
+        hashes: &[BlockHash],
+        ranges: &[Retention],
+    ) -> Result<(u32, u32)> {
+        let mut unpinned = 0u32;
+        // SAFETY: hashes and ranges have the lengths passed.
+        let n = check(unsafe {
+            sys::kvp_seq_commit_retained(
+                self.as_ptr(),
+                seq,
+                hashes.as_ptr(),
+                len32(hashes.len())?,
+                ranges.as_ptr(),
+                len32(ranges.len())?,
+                &mut unpinned,
+            )
+        })?;
+        Ok((n as u32, unpinned))
+    }
+
+    /// Advances the retention clock by steps; returns the new time.
+    pub fn tick(&self, steps: u64) -> Result<u64> {
+        let mut now = 0u64;
+        // SAFETY: now is valid for the call.
+        check(unsafe { sys::kvp_manager_tick(self.as_ptr(), steps, &mut now) })?;
+        Ok(now)
+    }
+
+    /// (priority, expiry; 0: none) of the block cached under hash.
+    pub fn retention(&self, hash: &BlockHash) -> Result<(u32, u64)> {
+        let (mut prio, mut exp) = (0u32, 0u64);
+        // SAFETY: the pointers are valid for the call.
+        check(unsafe { sys::kvp_prefix_retention(self.as_ptr(), hash, &mut prio, &mut exp) })?;
+        Ok((prio, exp))
     }
 
     /// Appends token slots; returns the copy-on-write copy to perform.
@@ -1330,7 +1411,9 @@ mod tests {
     #[test]
     fn struct_sizes_match_c() {
         assert_eq!(std::mem::size_of::<PoolStats>(), 8 * 7 + 4 * 2 + 8 * 2);
-        assert_eq!(std::mem::size_of::<Stats>(), 8 * 19);
+        assert_eq!(std::mem::size_of::<Stats>(), 8 * 21);
+        assert_eq!(std::mem::size_of::<Retention>(), 24);
+        assert_eq!(std::mem::size_of::<sys::kvp_manager_config>(), 32);
         assert_eq!(std::mem::size_of::<SeqInfo>(), 32);
         assert_eq!(std::mem::size_of::<BlockHash>(), 32);
     }

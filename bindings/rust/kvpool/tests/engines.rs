@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use kvpool::{
     hash_blocks, Admit, DType, ErrorKind, EventKind, HashAlgo, HashKeys, Layout, Manager,
-    ManagerConfig, Policy, Pool, PoolConfig,
+    ManagerConfig, Policy, Pool, PoolConfig, Retention, RETAIN_DEFAULT, RETAIN_MAX, RETAIN_PIN,
 };
 
 fn id_pool(blocks: u32) -> Pool {
@@ -296,6 +296,50 @@ fn trim_and_rollback() {
     assert_eq!(m.stream_trim(1, 16, 16).unwrap(), 16);
     m.set_priority(1, 7).unwrap();
     assert_eq!(m.info(1).unwrap().priority, 7);
+}
+
+// -- retention: a pinned system prompt outlives the churn -----------------
+
+#[test]
+fn retention_pins_system_prompt() {
+    let pool = id_pool(6);
+    let m = Manager::new(
+        &pool,
+        &ManagerConfig {
+            prefix_cache: true,
+            max_pinned: 1,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let keys = HashKeys::default();
+    let sys_toks: Vec<u32> = (0..32).collect();
+    let other_toks: Vec<u32> = (100..164).collect();
+    let sys = hash_blocks(HashAlgo::Sha256, None, &keys, &sys_toks, 16).unwrap();
+    let other = hash_blocks(HashAlgo::Sha256, None, &keys, &other_toks, 16).unwrap();
+    let pin = Retention {
+        priority: RETAIN_PIN,
+        duration: 5,
+        ..Default::default()
+    };
+    m.create_cached(1, &sys, 32).unwrap();
+    assert_eq!(m.commit_retained(1, &sys, &[pin]).unwrap(), (2, 1));
+    assert_eq!(m.retention(&sys[0]).unwrap(), (RETAIN_PIN, 5));
+    assert_eq!(m.retention(&sys[1]).unwrap(), (RETAIN_MAX, 5));
+    m.free(1).unwrap();
+    m.create_cached(2, &other, 64).unwrap();
+    assert_eq!(m.commit(2, &other).unwrap(), 4);
+    m.free(2).unwrap();
+    // Four blocks needed: the default ones go, the retained ones stay.
+    m.create(3, 64).unwrap();
+    assert!(other.iter().all(|h| m.retention(h).is_err()));
+    // The pin is never evicted: one more block is no space.
+    assert_eq!(m.create(4, 32).unwrap_err().kind(), ErrorKind::NoSpace);
+    assert_eq!(m.tick(5).unwrap(), 5);
+    assert_eq!(m.retention(&sys[0]).unwrap(), (RETAIN_DEFAULT, 0));
+    assert_eq!(m.stats().prefix_pinned, 0);
+    m.create(4, 32).unwrap();
+    m.check().unwrap();
 }
 
 // -- prefix reuse ---------------------------------------------------------
