@@ -49,9 +49,10 @@
  * table, which includes the moment it loaded the table pointer.
  *
  * Rebuilds are rationed: a table rebuilt less than KVP_SEQMAP_PERIOD_NS
- * after the previous one gets twice the previous capacity, so a fast
- * churn of fresh ids pays a grace period at most every few thousand
- * inserts, not every few hundred.
+ * after the previous one gets twice the previous capacity (and one
+ * younger than 8 periods keeps it), so a fast churn of fresh ids pays a
+ * grace period at most every few milliseconds, not every few hundred
+ * inserts.
  *
  * TSan sees the slots' atomics; the grace periods are liburcu's asm and
  * are annotated as rcu.h describes (kvp_rcu_reclaim after
@@ -67,9 +68,10 @@
 #include "rcu.h"
 #include "seqmap.h"
 
-/* Debug builds (the TSan stress runs) start tiny: every program that
- * creates more than a few dozen ids then rebuilds under its traffic. */
-#define KVP_SEQMAP_MIN_SLOTS (config_debug ? 64u : 16384u)
+/* A manager's table starts at 4 KiB.  Debug builds (the TSan stress
+ * runs) start tinier: every program that creates more than a few dozen
+ * ids then rebuilds under its traffic. */
+#define KVP_SEQMAP_MIN_SLOTS (config_debug ? 64u : 256u)
 #define KVP_SEQMAP_MAX_SLOTS (1ull << 32)
 #define KVP_SEQMAP_CLAIM_BATCH 32u  /* claims per shared-counter add */
 #define KVP_SEQMAP_LONG_PROBE 128u  /* a claim this far asks for a rebuild */
@@ -229,7 +231,7 @@ static int rebuild(struct seqmap *map, struct seqmap_table *t)
 {
 	struct seqmap_table *nt;
 	uint32_t unfrozen = 0;
-	uint64_t live = 0, slots, now;
+	uint64_t live = 0, slots, now, age, floor;
 
 	if (!atomic_compare_exchange_strong_explicit(&t->frozen, &unfrozen, 1,
 						     memory_order_seq_cst,
@@ -245,10 +247,19 @@ static int rebuild(struct seqmap *map, struct seqmap_table *t)
 	slots = KVP_SEQMAP_MIN_SLOTS;
 	while (slots < 4 * live && slots < KVP_SEQMAP_MAX_SLOTS)
 		slots *= 2;
+	/* Rationed: a table that lasted less than a period doubles, one that
+	 * lasted less than 8 keeps its size, an older one shrinks by half at
+	 * most, so a steady churn settles on one size. */
 	now = now_ns();
-	if (now - t->built_ns < KVP_SEQMAP_PERIOD_NS &&
-	    slots < 2 * (t->mask + 1) && 2 * (t->mask + 1) <= KVP_SEQMAP_MAX_SLOTS)
-		slots = 2 * (t->mask + 1);
+	age = now - t->built_ns;
+	if (age < KVP_SEQMAP_PERIOD_NS)
+		floor = 2 * (t->mask + 1);
+	else if (age < 8 * KVP_SEQMAP_PERIOD_NS)
+		floor = t->mask + 1;
+	else
+		floor = (t->mask + 1) / 2;
+	if (slots < floor && floor <= KVP_SEQMAP_MAX_SLOTS)
+		slots = floor;
 	nt = table_new(slots);
 	if (!nt) {
 		/* Release: pairs with the writers' acquire of the flag. */
@@ -340,7 +351,8 @@ int seqmap_insert(struct seqmap *map, uint64_t id, void *v)
 				    &sl->key, &k, id, memory_order_relaxed,
 				    memory_order_relaxed)) {
 				grow = count_claim(t, h) ||
-				       n >= KVP_SEQMAP_LONG_PROBE;
+				       n >= KVP_SEQMAP_LONG_PROBE ||
+				       n > t->mask / 4;
 				break;
 			}
 			/* k: the key there (maybe just claimed by another). */
