@@ -787,46 +787,47 @@ static double cell(const struct opts *o, enum workload w, unsigned n,
 	return *bench_res(w, (unsigned)ti, p);
 }
 
+/* Target `label`: a >= need x b, two cells' medians (negative: not
+ * measured, the target is skipped). */
+static void target_cells(const char *label, double a, double b,
+			 double need)
+{
+	char line[512];
+
+	if (a < 0 || b < 0) {
+		snprintf(line, sizeof(line), "%s (not measured)", label);
+		bench_skip(line);
+		return;
+	}
+	snprintf(line, sizeof(line), "%s: %.3f vs %.3f Mops/s (%.2fx)", label,
+		 a, b, a / b);
+	bench_verdict(a >= need * b, line);
+}
+
 /* kvpool >= need x mutex-hashmap for workload w at n threads. */
 static void target_ratio(const struct opts *o, const char *tag,
 			 enum workload w, unsigned n, double need)
 {
-	double k = cell(o, w, n, P_KVPOOL), m = cell(o, w, n, P_MUTEX);
-	char line[512];
+	char label[256];
 
-	snprintf(line, sizeof(line),
+	snprintf(label, sizeof(label),
 		 "%s %s, %u thread%s: kvpool >= %.1fx mutex-hashmap", tag,
 		 wl_name[w], n, n > 1 ? "s" : "", need);
-	if (k < 0) {
-		strncat(line, " (not measured)",
-			sizeof(line) - strlen(line) - 1);
-		bench_skip(line);
-		return;
-	}
-	snprintf(line + strlen(line), sizeof(line) - strlen(line),
-		 ": %.3f vs %.3f Mops/s (ratio %.2fx)", k, m, k / m);
-	bench_verdict(k >= need * m, line);
+	target_cells(label, cell(o, w, n, P_KVPOOL), cell(o, w, n, P_MUTEX),
+		     need);
 }
 
 /* kvpool at 8 threads (oversubscribed) >= 0.8 x its own 2 threads. */
 static void target_oversub(const struct opts *o, const char *tag,
 			   enum workload w)
 {
-	double k8 = cell(o, w, 8, P_KVPOOL), k2 = cell(o, w, 2, P_KVPOOL);
-	char line[512];
+	char label[256];
 
-	snprintf(line, sizeof(line),
+	snprintf(label, sizeof(label),
 		 "%s %s, 8 threads: kvpool >= 0.8 x its 2-thread throughput",
 		 tag, wl_name[w]);
-	if (k8 < 0 || k2 < 0) {
-		strncat(line, " (not measured)",
-			sizeof(line) - strlen(line) - 1);
-		bench_skip(line);
-		return;
-	}
-	snprintf(line + strlen(line), sizeof(line) - strlen(line),
-		 ": %.3f vs %.3f Mops/s (%.2fx)", k8, k2, k8 / k2);
-	bench_verdict(k8 >= 0.8 * k2, line);
+	target_cells(label, cell(o, w, 8, P_KVPOOL), cell(o, w, 2, P_KVPOOL),
+		     0.8);
 }
 
 static void print_targets(const struct opts *o)
