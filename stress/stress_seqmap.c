@@ -51,13 +51,7 @@
 #include "seqmap.h"
 
 #define STRESS_PROG "stress_seqmap"
-
-#define fail(...)                                                            \
-	do {                                                                 \
-		fprintf(stderr, STRESS_PROG ": FAIL: " __VA_ARGS__);         \
-		fflush(stderr);                                              \
-		_exit(1);                                                    \
-	} while (0)
+#include "stress_common.h"
 
 enum kind { OP_INSERT, OP_REMOVE, OP_LOOKUP };
 
@@ -82,16 +76,6 @@ static _Atomic uint64_t clk = 1;
 static unsigned nthreads = 4, nids = 16, fresh_pct = 30;
 static uint64_t nops = 40000;
 static struct worker *workers;
-
-static uint64_t rnd(uint64_t *s)
-{
-	/* splitmix64 */
-	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
 
 /* The shared ids: 0, small ones, and ones near UINT64_MAX. */
 static uint64_t id_of(uint32_t j)
