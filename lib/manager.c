@@ -456,14 +456,12 @@ static void seq_thr_key_create(void)
 	kvp_check_pthread(pthread_key_create(&seq_thr_key, seq_thread_exit));
 }
 
-/* This thread's state; NULL if out of memory (then every lookup goes to
- * the map and every free to the retire list). */
-static struct seq_thread *seq_thread(void)
+/* Makes this thread's state; NULL if out of memory (then every lookup goes
+ * to the map and every free to the retire list). */
+static __attribute__((noinline)) struct seq_thread *seq_thread_new(void)
 {
-	struct seq_thread *th = seq_thr;
+	struct seq_thread *th;
 
-	if (likely(th))
-		return th;
 	kvp_check_pthread(pthread_once(&seq_thr_once, seq_thr_key_create));
 	th = kvp_calloc(1, sizeof(*th));
 	if (!th)
@@ -474,6 +472,12 @@ static struct seq_thread *seq_thread(void)
 	}
 	seq_thr = th;
 	return th;
+}
+
+/* This thread's state, or NULL (see seq_thread_new). */
+static inline struct seq_thread *seq_thread(void)
+{
+	return likely(seq_thr) ? seq_thr : seq_thread_new();
 }
 
 static struct seq_cache_entry *seq_cache_slot(uint64_t id)
