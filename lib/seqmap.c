@@ -95,13 +95,17 @@ struct seqmap_table {
 
 static uint64_t seq_hash(uint64_t id)
 {
-	/* splitmix64's finaliser: sequential ids spread over the slots. */
-	id ^= id >> 30;
-	id *= 0xbf58476d1ce4e5b9ull;
-	id ^= id >> 27;
-	id *= 0x94d049bb133111ebull;
-	id ^= id >> 31;
-	return id;
+	/* splitmix64's finaliser over id / 4, the low two bits kept: four
+	 * consecutive ids (a scheduler's, a fork's children) share a home
+	 * line of the table, groups of four spread over all of it. */
+	uint64_t g = id >> 2;
+
+	g ^= g >> 30;
+	g *= 0xbf58476d1ce4e5b9ull;
+	g ^= g >> 27;
+	g *= 0x94d049bb133111ebull;
+	g ^= g >> 31;
+	return g << 2 | (id & 3);
 }
 
 static uint64_t now_ns(void)
