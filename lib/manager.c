@@ -4,18 +4,21 @@
  *
  * Correctness argument.
  *
- * A sequence is found through the RCU map (seqmap.c) inside a read-side
- * section, so its memory stays valid while the section lasts, even if it
- * is removed meanwhile.  Every mutation and every consistent read of a
- * sequence happens under its own lock, after checking `dead`.
+ * A sequence is found through the map (seqmap.c), which stores pointers
+ * to type-stable structs (manager.h): a pointer found stays safe to lock
+ * even if the sequence is removed and its struct reused meanwhile.  Every
+ * mutation and every consistent read of a sequence happens under its own
+ * lock, after checking `dead` and the id.  A lookup that finds the struct
+ * dead or holding another id reports -ENOENT: the sequence was removed
+ * at some moment between the map read and the check.
  *
  * Free (and eviction, which is a free chosen by policy): under the lock,
  * set dead; only the thread that flips dead from false to true goes on, so
  * concurrent frees and evictors free a victim once.  It then removes the
- * node from the map, drops the block references and frees the table (no
- * one reads the table of a dead sequence), and hands the node itself to
- * call_rcu: threads that found it before the removal may still lock it,
- * see dead, and report -ENOENT.
+ * entry from the map, drops the block references (no one reads the table
+ * of a dead sequence) and recycles the struct at once (seq_release):
+ * threads that found it before the removal may still lock it, see dead or
+ * another id, and report -ENOENT.
  *
  * Fork against free of the source: fork takes one reference on each of the
  * source's blocks while holding the source's lock and seeing it alive.  A
@@ -260,35 +263,6 @@ static void table_free(struct kvp_seq *s, uint32_t *t, uint32_t cap)
 		kvp_free(t, table_bytes(cap));
 }
 
-/*
- * Returns an unpublished, dead struct of m (recycled, or new), or NULL if
- * out of memory.  Pops run inside an RCU read-side section: a struct
- * returns to the free list only through call_rcu, after every section
- * that might have read it as the head ends, so the CAS cannot suffer ABA.
- */
-static struct kvp_seq *seq_take(struct kvp_manager *m)
-{
-	struct kvp_seq *s, *next;
-
-	/* Fresh structs first, from this thread's own slab: sequences of
-	 * different threads then sit apart, as separate allocations did. */
-	if (fresh_slab_mgr == m->uid && fresh_next < KVP_SEQ_SLAB)
-		return &fresh_slab->seqs[fresh_next++];
-	kvp_rcu_read_lock();
-	/* Acquire: pairs with seq_recycle()'s release push. */
-	s = atomic_load_explicit(&m->free_seqs, memory_order_acquire);
-	while (s) {
-		/* Relaxed: if s was popped meanwhile, the CAS fails. */
-		next = atomic_load_explicit(&s->link, memory_order_relaxed);
-		if (atomic_compare_exchange_weak_explicit(
-			    &m->free_seqs, &s, next, memory_order_acquire,
-			    memory_order_acquire))
-			break;
-	}
-	kvp_rcu_read_unlock();
-	return s ? s : seq_new(m);
-}
-
 /* RCU callback: a batch of removed (or never published) structs, chained
  * through `link`, becomes reusable: one splice onto the free list. */
 static void seq_recycle(struct rcu_head *head)
@@ -308,7 +282,7 @@ static void seq_recycle(struct rcu_head *head)
 /* Hands every retired struct of m to one call_rcu. */
 static void retire_flush(struct kvp_manager *m)
 {
-	/* Acquire: pairs with the release pushes of seq_retire(). */
+	/* Acquire: pairs with the release pushes of retire_push(). */
 	struct kvp_seq *batch = atomic_exchange_explicit(
 		&m->retired, NULL, memory_order_acquire);
 
@@ -331,11 +305,15 @@ static uint64_t coarse_now_ns(void)
 }
 
 /*
- * Hands a dead struct back for reuse after a grace period.  Structs
- * gather on the retire list (a push-only stack: pushing is ABA-safe) and
- * are handed to call_rcu as one batch; the grace period starts at the
- * call_rcu, after every struct of the batch was removed from the map, so
- * it covers all of them.  kvp_manager_destroy flushes the rest.
+ * Hands a chain of n dead structs, first..last linked through `link`, back
+ * for reuse after a grace period (only the way to other threads needs one:
+ * the free list's pops rely on it, see seq_take).  Structs gather on the
+ * retire list (a push-only stack: pushing is ABA-safe) and are handed to
+ * call_rcu as one batch; the grace period starts at the call_rcu, after
+ * every struct of the batch was retired, so it covers all of them.
+ * kvp_manager_destroy flushes the rest.  With may_flush false the chain
+ * only waits for the next flush (a thread handing back its stash under
+ * the registry lock must not queue work on a manager being destroyed).
  *
  * Batches are rationed by time, not only by count: at most one per
  * KVP_RETIRE_PERIOD_NS, unless KVP_RETIRE_MAX structs wait.  A grace
@@ -343,84 +321,291 @@ static uint64_t coarse_now_ns(void)
  * ours: liburcu's call_rcu thread then preempts one of them, often inside
  * a read-side section, and loops on membarrier() (an IPI to every CPU of
  * the process) until that thread runs again (the ChangeLog of 2026-11-22
- * has the membarrier counts).  The price is memory: structs wait up to 50 ms (or until KVP_RETIRE_MAX
- * wait) instead of one grace period, and a free that is not followed by
- * others leaves its batch waiting until the next ones or the destroy.
+ * has the membarrier counts).  The price is memory: structs wait up to 50
+ * ms (or until KVP_RETIRE_MAX wait) instead of one grace period.
  */
-static void seq_retire(struct kvp_seq *s)
+static void retire_push(struct kvp_manager *m, struct kvp_seq *first,
+			struct kvp_seq *last, uint32_t n, bool may_flush)
 {
-	struct kvp_manager *m = s->mgr;
 	struct kvp_seq *top;
-	uint32_t n, flushed_n;
+	uint32_t old, now_n, flushed_n;
 	uint64_t now;
 
 	top = atomic_load_explicit(&m->retired, memory_order_relaxed);
 	do
-		atomic_store_explicit(&s->link, top, memory_order_relaxed);
-	/* Release: publishes the link to the detaching thread. */
-	while (!atomic_compare_exchange_weak_explicit(&m->retired, &top, s,
+		atomic_store_explicit(&last->link, top, memory_order_relaxed);
+	/* Release: publishes the links to the detaching thread. */
+	while (!atomic_compare_exchange_weak_explicit(&m->retired, &top, first,
 						      memory_order_release,
 						      memory_order_relaxed));
 	/* Relaxed, here and below: these only pace the batches (two threads
 	 * may both flush: the second detaches what is left, maybe nothing). */
-	n = atomic_fetch_add_explicit(&m->nretired, 1, memory_order_relaxed) +
-	    1;
-	if (n % KVP_RETIRE_BATCH != 0)
+	old = atomic_fetch_add_explicit(&m->nretired, n, memory_order_relaxed);
+	now_n = old + n;
+	if (!may_flush || old / KVP_RETIRE_BATCH == now_n / KVP_RETIRE_BATCH)
 		return;
 	flushed_n = atomic_load_explicit(&m->flushed_n, memory_order_relaxed);
 	now = coarse_now_ns();
-	if (n - flushed_n < KVP_RETIRE_MAX &&
+	if (now_n - flushed_n < KVP_RETIRE_MAX &&
 	    now - atomic_load_explicit(&m->flushed_ns, memory_order_relaxed) <
 		    KVP_RETIRE_PERIOD_NS)
 		return;
-	atomic_store_explicit(&m->flushed_n, n, memory_order_relaxed);
+	atomic_store_explicit(&m->flushed_n, now_n, memory_order_relaxed);
 	atomic_store_explicit(&m->flushed_ns, now, memory_order_relaxed);
 	retire_flush(m);
 }
 
 /*
- * The per-thread lookup cache: id -> struct, direct-mapped, keyed by the
- * manager's uid (never reused), so an entry of a destroyed manager never
- * matches.  A hit is confirmed under the struct's lock (not dead, same
- * id); the struct being type-stable, a stale entry is only a miss.
+ * Every live manager of the process, so that kvp_manager_check can count
+ * the references of all the managers that share a pool.  Creation and
+ * destruction only.
+ */
+static pthread_mutex_t mgr_registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct kvp_manager *mgr_registry; /* mgr_registry_lock */
+
+static void registry_add(struct kvp_manager *m)
+{
+	kvp_check_pthread(pthread_mutex_lock(&mgr_registry_lock));
+	m->registry_next = mgr_registry;
+	mgr_registry = m;
+	kvp_check_pthread(pthread_mutex_unlock(&mgr_registry_lock));
+}
+
+/* Whether m, with this uid, is registered.  mgr_registry_lock held. */
+static bool mgr_registered(struct kvp_manager *m, uint64_t uid)
+{
+	for (struct kvp_manager *o = mgr_registry; o; o = o->registry_next)
+		if (o == m)
+			return o->uid == uid;
+	return false;
+}
+
+static void registry_remove(struct kvp_manager *m)
+{
+	struct kvp_manager **pp;
+
+	kvp_check_pthread(pthread_mutex_lock(&mgr_registry_lock));
+	for (pp = &mgr_registry; *pp; pp = &(*pp)->registry_next) {
+		if (*pp == m) {
+			*pp = m->registry_next;
+			break;
+		}
+	}
+	kvp_check_pthread(pthread_mutex_unlock(&mgr_registry_lock));
+}
+
+/*
+ * Per-thread state of the sequence layer: one heap block per thread, made
+ * on first use and freed at thread exit (the library's TLS stays a few
+ * words: it may be loaded with dlopen).
+ *
+ * The lookup cache: id -> struct, direct-mapped, keyed by the manager's
+ * uid (never reused), so an entry of a destroyed manager never matches.
+ * A hit is confirmed under the struct's lock (not dead, same id); the
+ * struct being type-stable, a stale entry is only a miss.
+ *
+ * The stashes of free structs: a struct freed by a thread is taken again
+ * by that thread's next create or fork, at once and hot in its cache,
+ * with no atomic operation and no grace period (nothing but the owner and
+ * lockers checking `dead` reads a dead struct; the map never does).  A
+ * thread keeps one stash for each of up to KVP_STASHES managers
+ * (direct-mapped by uid) of at most KVP_STASH_MAX structs; beyond that,
+ * half goes to the manager's retire list.  A stash is handed back to its
+ * manager when its slot is needed for another manager and when the thread
+ * exits, under mgr_registry_lock and only if the manager is still
+ * registered and not dying (so never touching a destroyed manager); a
+ * destroyed manager's stashed structs went with its slabs and are only
+ * forgotten.
  */
 #define SEQ_CACHE_SLOTS 1024
 struct seq_cache_entry {
 	uint64_t muid, id;
 	struct kvp_seq *s;
 };
-static KVP_TLS struct seq_cache_entry *seq_cache; /* owner thread */
-static pthread_key_t seq_cache_key;
-static pthread_once_t seq_cache_once = PTHREAD_ONCE_INIT;
+#define KVP_STASHES 4
+#define KVP_STASH_MAX 64u
+struct seq_stash {
+	uint64_t muid; /* 0: empty */
+	struct kvp_manager *m;
+	struct kvp_seq *head; /* linked through `link` */
+	uint32_t n;
+};
+struct seq_thread {
+	struct seq_cache_entry cache[SEQ_CACHE_SLOTS];
+	struct seq_stash stashes[KVP_STASHES];
+};
+static KVP_TLS struct seq_thread *seq_thr; /* owner thread */
+static pthread_key_t seq_thr_key;
+static pthread_once_t seq_thr_once = PTHREAD_ONCE_INIT;
 
-static void seq_cache_free(void *arg)
+static void stash_return(struct seq_stash *st);
+
+/* Thread exit: the stashes go back to their managers. */
+static void seq_thread_exit(void *arg)
 {
-	kvp_free(arg, SEQ_CACHE_SLOTS * sizeof(struct seq_cache_entry));
-	seq_cache = NULL;
+	struct seq_thread *th = arg;
+
+	for (int i = 0; i < KVP_STASHES; i++)
+		stash_return(&th->stashes[i]);
+	kvp_free(th, sizeof(*th));
+	seq_thr = NULL;
 }
 
-static void seq_cache_key_create(void)
+static void seq_thr_key_create(void)
 {
-	kvp_check_pthread(pthread_key_create(&seq_cache_key, seq_cache_free));
+	kvp_check_pthread(pthread_key_create(&seq_thr_key, seq_thread_exit));
+}
+
+/* Makes this thread's state; NULL if out of memory (then every lookup goes
+ * to the map and every free to the retire list). */
+static __attribute__((noinline)) struct seq_thread *seq_thread_new(void)
+{
+	struct seq_thread *th;
+
+	kvp_check_pthread(pthread_once(&seq_thr_once, seq_thr_key_create));
+	th = kvp_calloc(1, sizeof(*th));
+	if (!th)
+		return NULL;
+	if (pthread_setspecific(seq_thr_key, th) != 0) {
+		kvp_free(th, sizeof(*th));
+		return NULL;
+	}
+	seq_thr = th;
+	return th;
+}
+
+/* This thread's state, or NULL (see seq_thread_new). */
+static inline struct seq_thread *seq_thread(void)
+{
+	return likely(seq_thr) ? seq_thr : seq_thread_new();
 }
 
 static struct seq_cache_entry *seq_cache_slot(uint64_t id)
 {
-	if (unlikely(!seq_cache)) {
-		kvp_check_pthread(
-			pthread_once(&seq_cache_once, seq_cache_key_create));
-		seq_cache = kvp_calloc(SEQ_CACHE_SLOTS, sizeof(*seq_cache));
-		if (!seq_cache)
-			return NULL; /* no cache: every lookup goes to the map */
-		if (pthread_setspecific(seq_cache_key, seq_cache) != 0) {
-			kvp_free(seq_cache,
-				 SEQ_CACHE_SLOTS * sizeof(*seq_cache));
-			seq_cache = NULL;
-			return NULL;
-		}
-	}
-	return &seq_cache[(id ^ (id >> 10) ^ (id >> 20)) &
+	struct seq_thread *th = seq_thread();
+
+	if (unlikely(!th))
+		return NULL;
+	return &th->cache[(id ^ (id >> 10) ^ (id >> 20)) &
 			  (SEQ_CACHE_SLOTS - 1)];
+}
+
+/* Empties st, handing its structs back to its manager if it is alive. */
+static void stash_return(struct seq_stash *st)
+{
+	struct kvp_seq *last;
+
+	if (st->n) {
+		kvp_check_pthread(pthread_mutex_lock(&mgr_registry_lock));
+		if (mgr_registered(st->m, st->muid) && !st->m->dying) {
+			for (last = st->head;
+			     atomic_load_explicit(&last->link,
+						  memory_order_relaxed);
+			     last = atomic_load_explicit(
+				     &last->link, memory_order_relaxed))
+				;
+			retire_push(st->m, st->head, last, st->n, false);
+		}
+		kvp_check_pthread(pthread_mutex_unlock(&mgr_registry_lock));
+	}
+	*st = (struct seq_stash){0};
+}
+
+/* This thread's stash for m (emptied first if it held another's), or
+ * NULL if out of memory. */
+static struct seq_stash *stash_for(struct kvp_manager *m)
+{
+	struct seq_thread *th = seq_thread();
+	struct seq_stash *st;
+
+	if (unlikely(!th))
+		return NULL;
+	st = &th->stashes[m->uid % KVP_STASHES];
+	if (likely(st->muid == m->uid))
+		return st;
+	stash_return(st);
+	st->muid = m->uid;
+	st->m = m;
+	return st;
+}
+
+/*
+ * Recycles a dead struct whose sequence was never published, or was
+ * removed from the map (its references dropped): into this thread's
+ * stash; half a full stash goes to the retire list.
+ */
+static void seq_release(struct kvp_seq *s)
+{
+	struct seq_stash *st = stash_for(s->mgr);
+
+	if (unlikely(!st)) {
+		retire_push(s->mgr, s, s, 1, true);
+		return;
+	}
+	/* Relaxed: the stash is ours alone. */
+	atomic_store_explicit(&s->link, st->head, memory_order_relaxed);
+	st->head = s;
+	if (++st->n > KVP_STASH_MAX) {
+		struct kvp_seq *first = st->head, *last = first;
+
+		for (uint32_t i = 1; i < KVP_STASH_MAX / 2; i++)
+			last = atomic_load_explicit(&last->link,
+						    memory_order_relaxed);
+		st->head = atomic_load_explicit(&last->link,
+						memory_order_relaxed);
+		st->n -= KVP_STASH_MAX / 2;
+		retire_push(s->mgr, first, last, KVP_STASH_MAX / 2, true);
+	}
+}
+
+/* A struct from this thread's stash for m, or NULL. */
+static struct kvp_seq *stash_take(struct kvp_manager *m)
+{
+	struct seq_stash *st;
+	struct kvp_seq *s;
+
+	if (unlikely(!seq_thr))
+		return NULL;
+	st = &seq_thr->stashes[m->uid % KVP_STASHES];
+	if (st->muid != m->uid || !st->head)
+		return NULL;
+	s = st->head;
+	st->head = atomic_load_explicit(&s->link, memory_order_relaxed);
+	st->n--;
+	return s;
+}
+
+/*
+ * Returns an unpublished, dead struct of m (recycled, or new), or NULL if
+ * out of memory.  Pops run inside an RCU read-side section: a struct
+ * returns to the free list only through call_rcu, after every section
+ * that might have read it as the head ends, so the CAS cannot suffer ABA.
+ */
+static struct kvp_seq *seq_take(struct kvp_manager *m)
+{
+	struct kvp_seq *s, *next;
+
+	/* This thread's last freed structs first (hot), then fresh ones
+	 * from its own slab: sequences of different threads then sit apart,
+	 * as separate allocations did. */
+	s = stash_take(m);
+	if (s)
+		return s;
+	if (fresh_slab_mgr == m->uid && fresh_next < KVP_SEQ_SLAB)
+		return &fresh_slab->seqs[fresh_next++];
+	kvp_rcu_read_lock();
+	/* Acquire: pairs with seq_recycle()'s release push. */
+	s = atomic_load_explicit(&m->free_seqs, memory_order_acquire);
+	while (s) {
+		/* Relaxed: if s was popped meanwhile, the CAS fails. */
+		next = atomic_load_explicit(&s->link, memory_order_relaxed);
+		if (atomic_compare_exchange_weak_explicit(
+			    &m->free_seqs, &s, next, memory_order_acquire,
+			    memory_order_acquire))
+			break;
+	}
+	kvp_rcu_read_unlock();
+	return s ? s : seq_new(m);
 }
 
 /* Locks s if it holds live sequence id; false (unlocked) otherwise. */
@@ -432,6 +617,16 @@ static bool seq_lock_live(struct kvp_seq *s, uint64_t id)
 		return true;
 	seq_unlock(s);
 	return false;
+}
+
+/* Remembers s, just published, in this thread's lookup cache. */
+static void seq_cache_note(struct kvp_manager *m, uint64_t id,
+			   struct kvp_seq *s)
+{
+	struct seq_cache_entry *e = seq_cache_slot(id);
+
+	if (e)
+		*e = (struct seq_cache_entry){.muid = m->uid, .id = id, .s = s};
 }
 
 struct kvp_seq *seq_acquire(struct kvp_manager *m, uint64_t id)
@@ -529,19 +724,19 @@ static void seq_remove_locked(struct kvp_manager *m, struct kvp_seq *s)
 	atomic_store_explicit(&s->dead, true, memory_order_relaxed);
 	s->nblocks = 0;
 	seq_unlock(s);
-	kvp_rcu_read_lock();
-	if (!seqmap_remove(&m->map, s))
+	/* Unlocked: the map may wait for a rebuild, whose grace period
+	 * may wait for a reader spinning on our lock. */
+	if (!seqmap_remove(&m->map, s->id, s))
 		kvp_fatal("a live sequence was missing from its map");
-	kvp_rcu_read_unlock();
 	/* The table is ours: nobody reads a dead sequence's table, and the
-	 * struct is reused only after seq_retire(). */
+	 * struct is reused only after seq_release(). */
 	/* Its hits, the chain's head, are what its thread may hit next:
 	 * their references may be parked. */
 	release_blocks_park(m, s->blocks, n, hits);
 	stat_add(m, frees, 1);
 	stat_add(m, sequences, -1);
 	stat_add(m, tokens, -(int64_t)tokens);
-	seq_retire(s);
+	seq_release(s);
 }
 
 /*
@@ -564,31 +759,37 @@ static int table_reserve(struct kvp_seq *s, uint32_t need)
 /*
  * Publishes s (dead, filled in) under its id; then brings it to life.
  * Between the two, lookups find it dead and report -ENOENT: the create has
- * not returned yet.  Returns false if the id is taken (s unpublished).
+ * not returned yet.  Returns 0, or -EEXIST if the id is taken or -ENOMEM
+ * (s unpublished).
  */
-static bool seq_publish(struct kvp_manager *m, struct kvp_seq *s)
+static int seq_publish(struct kvp_manager *m, struct kvp_seq *s)
 {
-	bool ok;
+	/* Read while s is ours: once published, a free may reuse it. */
+	uint64_t id = s->id;
+	int err = seqmap_insert(&m->map, id, s);
 
-	kvp_rcu_read_lock();
-	ok = seqmap_insert(&m->map, s);
-	kvp_rcu_read_unlock();
-	if (!ok)
-		return false;
+	if (err)
+		return err;
 	seq_lock(s);
 	touch(s);
 	atomic_store_explicit(&s->dead, false, memory_order_relaxed);
 	seq_unlock(s);
-	return true;
+	/* The caller's next call on it (an append) needs no map lookup. */
+	seq_cache_note(m, id, s);
+	return 0;
 }
 
-/* Fills in a dead struct for a new sequence; under its lock, as lookup
- * caches of other threads may be checking it. */
+/*
+ * Fills in a dead struct of ours for a new sequence.  No lock needed:
+ * other threads may lock it (a stale lookup-cache entry, a map reader of
+ * its last life), but a locker that sees it dead reads nothing else, and
+ * seq_publish's unlock after clearing dead orders these writes before any
+ * locker that sees it alive.
+ */
 static void seq_init(struct kvp_seq *s, uint64_t id, uint32_t tokens,
 		     uint32_t nblocks, int32_t priority, bool tail_shared,
 		     uint32_t committed, uint32_t hits, bool trimmed)
 {
-	seq_lock(s);
 	s->id = id;
 	s->nblocks = nblocks;
 	s->tail_shared = tail_shared;
@@ -598,7 +799,6 @@ static void seq_init(struct kvp_seq *s, uint64_t id, uint32_t tokens,
 	seq_set_tokens(s, tokens);
 	atomic_store_explicit(&s->priority, priority, memory_order_relaxed);
 	atomic_store_explicit(&s->access_count, 0, memory_order_relaxed);
-	seq_unlock(s);
 }
 
 static bool seq_exists(struct kvp_manager *m, uint64_t id)
@@ -642,18 +842,19 @@ static int seq_create(struct kvp_manager *m, uint64_t id, uint32_t num_tokens,
 	if (err) {
 		if (h)
 			prefix_unhit(m->pool, s->blocks, h);
-		seq_retire(s);
+		seq_release(s);
 		return err;
 	}
 	seq_init(s, id, num_tokens, nb, 0, false, h, h, false);
-	if (!seq_publish(m, s)) {
+	err = seq_publish(m, s);
+	if (err) {
 		if (h)
 			prefix_unhit(m->pool, s->blocks, h);
 		if (nb > h)
 			(void)kvp_pool_free(m->pool, s->blocks + h, nb - h);
-		s->nblocks = 0;
-		seq_retire(s);
-		return -EEXIST;
+		s->nblocks = 0; /* dead and ours: see seq_init */
+		seq_release(s);
+		return err;
 	}
 	stat_add(m, creates, 1);
 	stat_add(m, sequences, 1);
@@ -907,12 +1108,25 @@ static void copy_block_data(struct kvp_pool *pool, uint32_t src, uint32_t dst,
 		       (size_t)tokens * pool->row_bytes);
 }
 
+/* x / block_tokens and x % block_tokens: a shift and a mask for the
+ * usual powers of two (a division is tens of cycles on an append). */
+static inline uint32_t bt_div(const struct kvp_manager *m, uint32_t x)
+{
+	return m->bt_shift < 32 ? x >> m->bt_shift : x / m->block_tokens;
+}
+
+static inline uint32_t bt_mod(const struct kvp_manager *m, uint32_t x)
+{
+	return m->bt_shift < 32 ? x & (m->block_tokens - 1)
+				: x % m->block_tokens;
+}
+
 /* Sequence locked: the append itself, see kvp_seq_append. */
 static int append_locked(struct kvp_manager *m, struct kvp_seq *s,
 			 uint32_t n, struct kvp_copy *cow, uint32_t cow_cap,
 			 uint32_t *ncow)
 {
-	uint32_t bt = m->block_tokens, tokens = seq_tokens(s), total, nb,
+	uint32_t tokens = seq_tokens(s), off = bt_mod(m, tokens), total, nb,
 		 grow, cows = 0, tcap, got[64], *fresh = got;
 	uint32_t *t;
 	int err;
@@ -920,11 +1134,11 @@ static int append_locked(struct kvp_manager *m, struct kvp_seq *s,
 	if (tokens > UINT32_MAX - n)
 		return -EINVAL;
 	total = tokens + n;
-	nb = blocks_for(total, bt);
+	nb = bt_div(m, total) + (bt_mod(m, total) != 0);
 	grow = nb - s->nblocks;
 	/* A shared, partially filled last block must be copied first.
 	 * Relaxed: see the argument at the top (the count can only fall). */
-	if (n && tokens % bt && s->tail_shared) {
+	if (n && off && s->tail_shared) {
 		uint32_t st = atomic_load_explicit(
 			&m->pool->state[s->blocks[s->nblocks - 1]],
 			memory_order_relaxed);
@@ -967,8 +1181,8 @@ static int append_locked(struct kvp_manager *m, struct kvp_seq *s,
 		uint32_t last = s->nblocks - 1, src = s->blocks[last];
 
 		cow[0] = (struct kvp_copy){.src = src, .dst = fresh[0],
-					   .tokens = tokens % bt};
-		copy_block_data(m->pool, src, fresh[0], tokens % bt);
+					   .tokens = off};
+		copy_block_data(m->pool, src, fresh[0], off);
 		s->blocks[last] = fresh[0];
 		release_blocks(m, &src, 1);
 		stat_add(m, cows, 1);
@@ -1027,7 +1241,7 @@ KVP_API int kvp_seq_fork(struct kvp_manager *m, uint64_t src, uint64_t dst)
 		return -ENOMEM;
 	s = seq_acquire(m, src);
 	if (!s) {
-		seq_retire(d);
+		seq_release(d);
 		return -ENOENT;
 	}
 	nb = s->nblocks;
@@ -1045,7 +1259,7 @@ KVP_API int kvp_seq_fork(struct kvp_manager *m, uint64_t src, uint64_t dst)
 		if (i)
 			(void)kvp_pool_free(m->pool, s->blocks, i);
 		seq_unlock(s);
-		seq_retire(d);
+		seq_release(d);
 		return err;
 	}
 	memcpy(d->blocks, s->blocks, (size_t)nb * sizeof(*d->blocks));
@@ -1056,12 +1270,13 @@ KVP_API int kvp_seq_fork(struct kvp_manager *m, uint64_t src, uint64_t dst)
 	seq_unlock(s);
 	seq_init(d, dst, tokens, nb, priority, true, committed, hits,
 		 trimmed);
-	if (!seq_publish(m, d)) {
+	err = seq_publish(m, d);
+	if (err) {
 		if (nb)
 			(void)kvp_pool_free(m->pool, d->blocks, nb);
-		d->nblocks = 0;
-		seq_retire(d);
-		return -EEXIST;
+		d->nblocks = 0; /* dead and ours: see seq_init */
+		seq_release(d);
+		return err;
 	}
 	stat_add(m, forks, 1);
 	stat_add(m, sequences, 1);
@@ -1322,10 +1537,12 @@ static int evict_one(struct kvp_manager *m, uint64_t *victim)
 		/* Another evictor or a free took it: choose again. */
 		seq_unlock(best);
 	}
+	/* Locked and alive, the struct needs no read-side section (and
+	 * the removal must run outside one). */
+	kvp_rcu_read_unlock();
 	if (victim)
 		*victim = best->id;
 	seq_remove_locked(m, best);
-	kvp_rcu_read_unlock();
 	stat_add(m, evictions, 1);
 	return 0;
 }
@@ -1380,36 +1597,6 @@ static int validate_manager_config(const struct kvp_manager_config *cfg)
 	return 0;
 }
 
-/*
- * Every live manager of the process, so that kvp_manager_check can count
- * the references of all the managers that share a pool.  Creation and
- * destruction only.
- */
-static pthread_mutex_t mgr_registry_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct kvp_manager *mgr_registry; /* mgr_registry_lock */
-
-static void registry_add(struct kvp_manager *m)
-{
-	kvp_check_pthread(pthread_mutex_lock(&mgr_registry_lock));
-	m->registry_next = mgr_registry;
-	mgr_registry = m;
-	kvp_check_pthread(pthread_mutex_unlock(&mgr_registry_lock));
-}
-
-static void registry_remove(struct kvp_manager *m)
-{
-	struct kvp_manager **pp;
-
-	kvp_check_pthread(pthread_mutex_lock(&mgr_registry_lock));
-	for (pp = &mgr_registry; *pp; pp = &(*pp)->registry_next) {
-		if (*pp == m) {
-			*pp = m->registry_next;
-			break;
-		}
-	}
-	kvp_check_pthread(pthread_mutex_unlock(&mgr_registry_lock));
-}
-
 KVP_API int kvp_manager_create(const struct kvp_manager_config *cfg,
 			       struct kvp_manager **out)
 {
@@ -1441,6 +1628,9 @@ KVP_API int kvp_manager_create(const struct kvp_manager_config *cfg,
 	atomic_init(&m->flushed_ns, 0);
 	m->pool = kvp_pool_ref(pool);
 	m->block_tokens = pool->block_tokens;
+	m->bt_shift = (m->block_tokens & (m->block_tokens - 1))
+			      ? 32
+			      : (uint32_t)__builtin_ctz(m->block_tokens);
 	m->policy = cfg->policy;
 	m->eviction_threshold = cfg->eviction_threshold > 0
 					? cfg->eviction_threshold
@@ -1472,6 +1662,12 @@ KVP_API void kvp_manager_destroy(struct kvp_manager *m)
 
 	if (!m)
 		return;
+	/* From now on no thread hands stashed structs back to m. */
+	kvp_check_pthread(pthread_mutex_lock(&mgr_registry_lock));
+	m->dying = true;
+	kvp_check_pthread(pthread_mutex_unlock(&mgr_registry_lock));
+	/* No other thread uses m: no rebuild can be under way, and the
+	 * removals inside this read-side section never wait for one. */
 	kvp_rcu_read_lock();
 	for (s = seqmap_first(&m->map, &iter); s;
 	     s = seqmap_next(&m->map, &iter)) {

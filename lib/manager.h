@@ -6,10 +6,10 @@
 #define KVP_MANAGER_H
 
 #include <sched.h>
+#include <stddef.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <urcu/urcu-memb.h>
-#include <urcu/rculfhash.h>
 
 #include "compiler.h"
 #include "pool.h"
@@ -20,59 +20,66 @@
 
 /*
  * A sequence.  Its struct is type-stable: it belongs to one manager, is
- * recycled through the manager's free list (after an RCU grace period, so
- * no map reader sees a reused node) and freed only when the manager is
- * destroyed.  So a stale pointer to it (a thread's lookup cache) is always
- * safe to lock and check: `dead` or another id means a miss.
+ * recycled (at once, through its freeing thread's stash, or after an RCU
+ * grace period through the manager's free list) and freed only when the
+ * manager is destroyed.  So a stale pointer to it (a map reader's, a
+ * thread's lookup cache) is always safe to lock and check: `dead` or
+ * another id means a miss.  The map never reads it (seqmap.c).
  */
 struct kvp_seq {
 	/* Whole pairs of cache lines (CPUs prefetch lines in pairs):
-	 * neighbours in a slab often belong to other threads. */
-	_Alignas(2 * KVP_CACHELINE) struct cds_lfht_node node; /* seqmap */
-	struct rcu_head rcu;
-	struct kvp_manager *mgr; /* immutable */
-	/* The next struct on the manager's retire list, in the batch handed
-	 * to call_rcu, or on its free list: a struct is on one of them at a
-	 * time.  Synchronization: see seq_retire() and seq_take(). */
-	_Atomic(struct kvp_seq *) link;
-	/* Written only while the struct is unpublished, under lock; read
-	 * under lock or by map readers of a published node. */
-	uint64_t id;
+	 * neighbours in a slab often belong to other threads.  The first
+	 * line holds everything an append reads or writes, the second the
+	 * table of short sequences, the third the rest. */
 	/* Serialises every mutation and consistent read of the sequence. */
-	_Atomic uint32_t lock;
+	_Alignas(2 * KVP_CACHELINE) _Atomic uint32_t lock;
 	/* True while the struct holds no live sequence: set under lock by
 	 * the free that removes it (only the thread that flips it goes on),
 	 * cleared under lock once a create has published it.  A locker that
 	 * sees it treats the sequence as unknown; eviction scans read it
 	 * relaxed. */
 	_Atomic bool dead;
-	uint32_t nblocks, cap; /* lock */
 	/* The last block may be shared (a fork or a rollback happened since
 	 * it was allocated): append must check its count for copy-on-write.
 	 * False means it is ours alone, and saves a read of a state word
 	 * other threads write.  lock. */
 	bool tail_shared;
-	/* Prefix caching: blocks [0, committed) are registered or were
-	 * hits; a stream-trimmed sequence no longer follows its hash chain
-	 * and cannot commit.  lock. */
+	/* Prefix caching: a stream-trimmed sequence no longer follows its
+	 * hash chain and cannot commit.  lock. */
 	bool trimmed;
+	/* Written only while the struct is dead, under lock; read under
+	 * lock (a struct found in the map may be reused meanwhile). */
+	uint64_t id;
+	uint32_t nblocks, cap; /* lock */
+	/* Written under lock; eviction scans and stats read them relaxed. */
+	_Atomic uint32_t num_tokens;
+	_Atomic int32_t priority;
+	_Atomic uint64_t last_access, access_count;
+	uint32_t *blocks;      /* lock: blocks[0..nblocks), capacity cap */
+	struct kvp_manager *mgr; /* immutable */
+	/* The table of short sequences (blocks points here until it grows). */
+	uint32_t inline_blocks[KVP_INLINE_TABLE];
+	/* Prefix caching: blocks [0, committed) are registered or were
+	 * hits.  lock. */
 	uint32_t committed;
 	/* Blocks [0, hits) were prefix-cache hits (or, for a fork, its
 	 * source's): at the free, their references may be parked (pool.c).
 	 * lock. */
 	uint32_t hits;
-	uint32_t *blocks;      /* lock: blocks[0..nblocks), capacity cap */
-	/* Written under lock; eviction scans and stats read them relaxed. */
-	_Atomic uint32_t num_tokens;
-	_Atomic int32_t priority;
-	_Atomic uint64_t last_access, access_count;
-	/* The table of short sequences (blocks points here until it grows). */
-	uint32_t inline_blocks[KVP_INLINE_TABLE];
+	/* The next struct on the manager's retire list, in the batch handed
+	 * to call_rcu, on its free list, or on a thread's stash: a struct is
+	 * on one of them at a time.  Synchronization: see retire_push(),
+	 * seq_take() and seq_release(). */
+	_Atomic(struct kvp_seq *) link;
+	struct rcu_head rcu;
 };
 
 /* Sequence structs come in cache-aligned slabs, freed with the manager. */
 _Static_assert(sizeof(struct kvp_seq) % (2 * KVP_CACHELINE) == 0,
 	       "a sequence occupies whole pairs of cache lines");
+_Static_assert(offsetof(struct kvp_seq, mgr) + sizeof(void *) <=
+		       KVP_CACHELINE,
+	       "an append's fields share the struct's first line");
 #define KVP_SEQ_SLAB 32
 struct seq_slab {
 	struct kvp_seq seqs[KVP_SEQ_SLAB];
@@ -102,6 +109,8 @@ struct kvp_manager {
 	uint64_t uid; /* unique per process: keys the lookup caches */
 	struct kvp_pool *pool; /* a reference of ours */
 	uint32_t block_tokens;
+	/* log2(block_tokens) for a power of two, else 32. */
+	uint32_t bt_shift;
 	enum kvp_policy policy;
 	float eviction_threshold, watermark;
 	uint32_t flags;
@@ -109,6 +118,10 @@ struct kvp_manager {
 	/* The managers of the process, for kvp_manager_check (manager.c's
 	 * registry).  Synchronization: mgr_registry_lock. */
 	struct kvp_manager *registry_next;
+	/* Set (under mgr_registry_lock) when destruction starts: threads
+	 * then keep their stashed structs of it instead of handing them
+	 * back. */
+	bool dying;
 	/* Every slab of sequence structs: push-only (CAS), freed at
 	 * destruction. */
 	_Atomic(struct seq_slab *) slabs;
@@ -117,7 +130,7 @@ struct kvp_manager {
 	 * comes back only after a grace period). */
 	kvp_cacheline_aligned _Atomic(struct kvp_seq *) free_seqs;
 	/* Removed structs waiting for a batch grace period: push-only (CAS),
-	 * detached whole (exchange) by seq_retire(), at most once per
+	 * detached whole (exchange) by retire_push(), at most once per
 	 * KVP_RETIRE_PERIOD_NS unless KVP_RETIRE_MAX are waiting.
 	 * flushed_n and flushed_ns: nretired and the monotonic clock at the
 	 * last detach (relaxed: they only pace the detaches). */

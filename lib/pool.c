@@ -859,8 +859,11 @@ static __attribute__((noinline)) void
 drop_shared(struct kvp_pool *pool, const uint32_t *ids, uint32_t n,
 	    struct free_sink *sk)
 {
-	struct idle_batch idle = {.n = 0};
+	/* Only n is initialised: the ids are written before they are read
+	 * (zeroing the whole batch cost a 1 KiB memset per free). */
+	struct idle_batch idle;
 
+	idle.n = 0;
 	for (uint32_t i = 0; i < n; i++)
 		(void)drop_held(pool, ids[i],
 				atomic_load_explicit(&pool->state[ids[i]],
@@ -954,9 +957,10 @@ drop_distinct(struct kvp_pool *pool, const uint32_t *ids, uint32_t n,
 {
 	_Atomic uint32_t *state = pool->state;
 	uint32_t num_blocks = pool->num_blocks;
-	struct idle_batch idle = {.n = 0};
+	struct idle_batch idle; /* only n initialised, as above */
 	int err = 0;
 
+	idle.n = 0;
 	for (uint32_t i = 0; i < n && i < KVP_DROP_AHEAD; i++)
 		if (ids[i] < num_blocks)
 			kvp_prefetch_w(&state[ids[i]]);

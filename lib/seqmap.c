@@ -1,98 +1,435 @@
 /*
- * seqmap.c - seq_id -> sequence over liburcu's rculfhash (memb flavour).
+ * seqmap.c - seq_id -> sequence: a lock-free open-addressing table
+ * (linear probing) read under RCU, rebuilt by one thread at a time.
+ * Floor 6 of lib/ (DESIGN.md 2): calls alloc.c and rcu.c; manager.c
+ * calls it.
  *
- * Correctness: rculfhash is linearizable for lookup, add_unique and del
- * among readers in read-side sections (liburcu's documentation); a node
- * removed by cds_lfht_del stays readable until a grace period has passed,
- * which call_rcu waits for before reclaiming it.  TSan cannot see
- * liburcu's asm atomics, so the node hand-off is annotated: the inserter
- * releases the node before publishing it and a finder acquires it (rcu.h).
+ * A slot is two words: key (0 = empty) and val (NULL = absent).  Id 0
+ * lives outside the table, in map->zero.
+ *
+ * Correctness argument.
+ *
+ * Keys.  A slot's key goes from 0 to an id once, by CAS, and never
+ * changes again in that table.  An inserter probes from the id's home slot
+ * and stops at the first slot whose key is the id, or is 0 and which it
+ * then claims by CAS (if the CAS fails it reads the winner's key and goes
+ * on deciding with it).  So an id occupies at most one slot of a table:
+ * if it sat in slots i and j, j later in the probe order, j's claimer
+ * would have passed i holding another key, and keys never change.  A
+ * lookup or remove probes the same way and stops at the id's slot or at
+ * an empty one (the id is in no slot after an empty one).
+ *
+ * Values.  At the id's one slot, insert CASes val from NULL to v and fails
+ * with -EEXIST if it finds another value; remove CASes val from v to NULL.
+ * These CASes are the linearization points: exactly one insert of a
+ * present id wins and exactly one remove of an entry succeeds.  Values
+ * are released by the insert's CAS and acquired by lookups, so what the
+ * inserter wrote into the value before inserting it is visible to a
+ * finder.  The map never dereferences values: a value removed may be
+ * reused at once by its owner.
+ *
+ * Rebuilds.  Keys of removed entries stay until the table is rebuilt (the
+ * ids of forks are fresh ids).  A rebuild copies the live entries into a
+ * new table, sized from their number, and is triggered when about half of
+ * a table's slots hold keys (claims are sampled, one in 32 adding 32 to
+ * the table's counter, so the shared counter is written once per 32
+ * claims on average), when a claim probed far, or when the table is full.
+ * The rebuilder freezes the old table (CAS of `frozen` from 0 to 1: one
+ * rebuilder per table), then waits for a grace period.  Every insert and
+ * remove runs in a read-side section and checks `frozen` after loading
+ * the table, before it touches a slot; by RCU's guarantee, a section
+ * that did not see the flag has ended before the grace period ends, so
+ * after it no one writes the old table.  Writers that see the flag leave
+ * their section and retry (waiting, with sched_yield, for the new table:
+ * a rebuild blocks writers for one grace period and a copy).  The copy
+ * is published by a release store of map->table; the old table stays
+ * readable for lookups until a grace period later (call_rcu).  Lookups
+ * never wait: a lookup that loaded the old table sees exactly the
+ * contents the map had from the freeze until the first write to the new
+ * table, which includes the moment it loaded the table pointer.
+ *
+ * Rebuilds are rationed: a table rebuilt less than KVP_SEQMAP_PERIOD_NS
+ * after the previous one gets twice the previous capacity (and one
+ * younger than 8 periods keeps it), so a fast churn of fresh ids pays a
+ * grace period at most every few milliseconds, not every few hundred
+ * inserts.
+ *
+ * TSan sees the slots' atomics; the grace periods are liburcu's asm and
+ * are annotated as rcu.h describes (kvp_rcu_reclaim after
+ * synchronize_rcu, kvp_rcu_reclaim_head in the callback).
  */
 #include <errno.h>
+#include <sched.h>
+#include <string.h>
+#include <time.h>
 
 #include "alloc.h"
-#include "manager.h"
+#include "compiler.h"
 #include "rcu.h"
 #include "seqmap.h"
 
-static unsigned long seq_hash(uint64_t id)
+/* A manager's table starts at 4 KiB.  Debug builds (the TSan stress
+ * runs) start tinier: every program that creates more than a few dozen
+ * ids then rebuilds under its traffic. */
+#define KVP_SEQMAP_MIN_SLOTS (config_debug ? 64u : 256u)
+#define KVP_SEQMAP_MAX_SLOTS (1ull << 32)
+#define KVP_SEQMAP_CLAIM_BATCH 32u  /* claims per shared-counter add */
+#define KVP_SEQMAP_LONG_PROBE 128u  /* a claim this far asks for a rebuild */
+#define KVP_SEQMAP_PERIOD_NS 5000000ull /* 5 ms */
+
+struct seqmap_slot {
+	_Atomic uint64_t key; /* 0 = empty; set once by CAS */
+	_Atomic(void *) val;  /* NULL = absent */
+};
+
+struct seqmap_table {
+	uint64_t mask;	   /* slots - 1; immutable */
+	uint64_t built_ns; /* when it was built; immutable */
+	/* 1 once a rebuilder owns the table: no one writes it any more. */
+	kvp_cacheline_aligned _Atomic uint32_t frozen;
+	/* Keys claimed, counted in batches (approximate, relaxed). */
+	kvp_cacheline_aligned _Atomic uint64_t claimed;
+	struct rcu_head rcu;
+	kvp_cacheline_aligned struct seqmap_slot slots[];
+};
+
+static uint64_t seq_hash(uint64_t id)
 {
-	/* splitmix64's finaliser: sequential ids spread over the buckets. */
-	id ^= id >> 30;
-	id *= 0xbf58476d1ce4e5b9ull;
-	id ^= id >> 27;
-	id *= 0x94d049bb133111ebull;
-	id ^= id >> 31;
-	return (unsigned long)id;
+	/* splitmix64's finaliser over id / 4, the low two bits kept: four
+	 * consecutive ids (a scheduler's, a fork's children) share a home
+	 * line of the table, groups of four spread over all of it. */
+	uint64_t g = id >> 2;
+
+	g ^= g >> 30;
+	g *= 0xbf58476d1ce4e5b9ull;
+	g ^= g >> 27;
+	g *= 0x94d049bb133111ebull;
+	g ^= g >> 31;
+	return g << 2 | (id & 3);
 }
 
-static int seq_match(struct cds_lfht_node *node, const void *key)
+static uint64_t now_ns(void)
 {
-	const struct kvp_seq *s = caa_container_of(node, struct kvp_seq, node);
+	struct timespec ts;
 
-	/* The traversal reached a published node: its key is initialised
-	 * (pairs with kvp_rcu_publish() in seqmap_insert). */
-	kvp_rcu_found(s);
-	return s->id == *(const uint64_t *)key;
+	/* The coarse clock is read from the vDSO: no system call. */
+	if (clock_gettime(CLOCK_MONOTONIC_COARSE, &ts) != 0)
+		return 0;
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static struct kvp_seq *iter_seq(struct seqmap_iter *iter)
+static size_t table_bytes(uint64_t slots)
 {
-	struct cds_lfht_node *node = cds_lfht_iter_get_node(&iter->it);
-	struct kvp_seq *s;
+	return sizeof(struct seqmap_table) + slots * sizeof(struct seqmap_slot);
+}
 
-	if (!node)
+/* An empty table of `slots` slots (a power of two), or NULL. */
+static struct seqmap_table *table_new(uint64_t slots)
+{
+	size_t bytes = table_bytes(slots);
+	struct seqmap_table *t = kvp_malloc_aligned(KVP_CACHELINE, bytes);
+
+	if (!t)
 		return NULL;
-	s = caa_container_of(node, struct kvp_seq, node);
-	kvp_rcu_found(s);
-	return s;
+	/* All zero: empty keys, absent values. */
+	memset(t, 0, bytes);
+	if (bytes >= (2u << 20))
+		kvp_advise_huge(t, bytes);
+	t->mask = slots - 1;
+	t->built_ns = now_ns();
+	return t;
+}
+
+static void table_free(struct seqmap_table *t)
+{
+	kvp_free_aligned(t, KVP_CACHELINE, table_bytes(t->mask + 1));
+}
+
+static void table_free_rcu(struct rcu_head *head)
+{
+	kvp_rcu_reclaim_head(head);
+	table_free(caa_container_of(head, struct seqmap_table, rcu));
+	kvp_rcu_callback_done();
 }
 
 int seqmap_init(struct seqmap *map)
 {
-	if (kvp_fault_point(sizeof(struct cds_lfht *)))
-		return -ENOMEM; /* test builds: as if liburcu had no memory */
-	map->ht = cds_lfht_new_flavor(64, 64, 0,
-				      CDS_LFHT_AUTO_RESIZE | CDS_LFHT_ACCOUNTING,
-				      &urcu_memb_flavor, NULL);
-	return map->ht ? 0 : -ENOMEM;
+	struct seqmap_table *t = table_new(KVP_SEQMAP_MIN_SLOTS);
+
+	if (!t)
+		return -ENOMEM;
+	atomic_init(&map->zero, NULL);
+	atomic_init(&map->rebuilds, 0);
+	atomic_init(&map->table, t);
+	return 0;
 }
 
 void seqmap_fini(struct seqmap *map)
 {
-	if (map->ht && cds_lfht_destroy(map->ht, NULL) != 0)
-		kvp_fatal("cds_lfht_destroy on a non-empty map");
-	map->ht = NULL;
+	struct seqmap_table *t =
+		atomic_load_explicit(&map->table, memory_order_acquire);
+
+	if (t)
+		table_free(t);
+	atomic_store_explicit(&map->table, NULL, memory_order_relaxed);
 }
 
-struct kvp_seq *seqmap_lookup(struct seqmap *map, uint64_t id)
+/* The slot of id in t, or NULL if id is in no slot (read side). */
+static struct seqmap_slot *slot_find(struct seqmap_table *t, uint64_t id)
 {
-	struct seqmap_iter iter;
+	uint64_t i = seq_hash(id);
 
-	cds_lfht_lookup(map->ht, seq_hash(id), seq_match, &id, &iter.it);
-	return iter_seq(&iter);
+	for (uint64_t n = 0; n <= t->mask; n++, i++) {
+		struct seqmap_slot *sl = &t->slots[i & t->mask];
+		/* Relaxed: a key is an id, it publishes nothing. */
+		uint64_t k = atomic_load_explicit(&sl->key,
+						  memory_order_relaxed);
+
+		if (k == id)
+			return sl;
+		if (k == 0)
+			return NULL;
+	}
+	return NULL;
 }
 
-bool seqmap_insert(struct seqmap *map, struct kvp_seq *s)
+void *seqmap_lookup(struct seqmap *map, uint64_t id)
 {
-	kvp_rcu_publish(s);
-	return cds_lfht_add_unique(map->ht, seq_hash(s->id), seq_match, &s->id,
-				   &s->node) == &s->node;
+	struct seqmap_table *t;
+	struct seqmap_slot *sl;
+
+	/* Acquire, here and below: pairs with the inserter's release. */
+	if (unlikely(id == 0))
+		return atomic_load_explicit(&map->zero, memory_order_acquire);
+	t = atomic_load_explicit(&map->table, memory_order_acquire);
+	sl = slot_find(t, id);
+	return sl ? atomic_load_explicit(&sl->val, memory_order_acquire)
+		  : NULL;
 }
 
-bool seqmap_remove(struct seqmap *map, struct kvp_seq *s)
+/*
+ * Counts a claim of the key whose hash is h in t; true if t should be
+ * rebuilt.  Sampled: one claim in KVP_SEQMAP_CLAIM_BATCH (by bits of the
+ * hash that do not pick the slot, well mixed) adds the batch, so the
+ * shared counter is written once per batch on average and threads keep
+ * no state.
+ */
+static bool count_claim(struct seqmap_table *t, uint64_t h)
 {
-	return cds_lfht_del(map->ht, &s->node) == 0;
+	uint64_t c;
+
+	if ((h >> 58) % KVP_SEQMAP_CLAIM_BATCH != 0)
+		return false;
+	c = atomic_fetch_add_explicit(&t->claimed, KVP_SEQMAP_CLAIM_BATCH,
+				      memory_order_relaxed) +
+	    KVP_SEQMAP_CLAIM_BATCH;
+	return c > (t->mask + 1) / 2;
 }
 
-struct kvp_seq *seqmap_first(struct seqmap *map, struct seqmap_iter *iter)
+/*
+ * Rebuilds t unless another thread already is (then returns at once: the
+ * caller retries and waits for the new table).  Not in a read-side
+ * section.  0, or -ENOMEM (t is thawed and stays).
+ */
+static int rebuild(struct seqmap *map, struct seqmap_table *t)
 {
-	cds_lfht_first(map->ht, &iter->it);
-	return iter_seq(iter);
+	struct seqmap_table *nt;
+	uint32_t unfrozen = 0;
+	uint64_t live = 0, slots, now, age, floor;
+
+	if (!atomic_compare_exchange_strong_explicit(&t->frozen, &unfrozen, 1,
+						     memory_order_seq_cst,
+						     memory_order_relaxed))
+		return 0;
+	/* Every writer that missed the flag leaves its section. */
+	urcu_memb_synchronize_rcu();
+	kvp_rcu_reclaim();
+	for (uint64_t i = 0; i <= t->mask; i++)
+		if (atomic_load_explicit(&t->slots[i].val,
+					 memory_order_relaxed))
+			live++;
+	slots = KVP_SEQMAP_MIN_SLOTS;
+	while (slots < 4 * live && slots < KVP_SEQMAP_MAX_SLOTS)
+		slots *= 2;
+	/* Rationed: a table that lasted less than a period doubles, one that
+	 * lasted less than 8 keeps its size, an older one shrinks by half at
+	 * most, so a steady churn settles on one size. */
+	now = now_ns();
+	age = now - t->built_ns;
+	if (age < KVP_SEQMAP_PERIOD_NS)
+		floor = 2 * (t->mask + 1);
+	else if (age < 8 * KVP_SEQMAP_PERIOD_NS)
+		floor = t->mask + 1;
+	else
+		floor = (t->mask + 1) / 2;
+	if (slots < floor && floor <= KVP_SEQMAP_MAX_SLOTS)
+		slots = floor;
+	nt = table_new(slots);
+	if (!nt) {
+		/* Release: pairs with the writers' acquire of the flag. */
+		atomic_store_explicit(&t->frozen, 0, memory_order_release);
+		return -ENOMEM;
+	}
+	for (uint64_t i = 0; i <= t->mask; i++) {
+		/* Acquire: the inserter's release, for the new table's
+		 * finders (who acquire the new table from us). */
+		void *v = atomic_load_explicit(&t->slots[i].val,
+					       memory_order_acquire);
+		uint64_t k, j;
+
+		if (!v)
+			continue;
+		k = atomic_load_explicit(&t->slots[i].key,
+					 memory_order_relaxed);
+		/* Private until published: plain probing. */
+		for (j = seq_hash(k);; j++)
+			if (!atomic_load_explicit(&nt->slots[j & nt->mask].key,
+						  memory_order_relaxed))
+				break;
+		atomic_store_explicit(&nt->slots[j & nt->mask].key, k,
+				      memory_order_relaxed);
+		atomic_store_explicit(&nt->slots[j & nt->mask].val, v,
+				      memory_order_relaxed);
+	}
+	atomic_store_explicit(&nt->claimed, live, memory_order_relaxed);
+	/* Release: the copy before any use of the new table. */
+	atomic_store_explicit(&map->table, nt, memory_order_release);
+	atomic_fetch_add_explicit(&map->rebuilds, 1, memory_order_relaxed);
+	/* Lookups may still read the old table. */
+	kvp_rcu_call(&t->rcu, table_free_rcu);
+	return 0;
 }
 
-struct kvp_seq *seqmap_next(struct seqmap *map, struct seqmap_iter *iter)
+/*
+ * Enters a read-side section and returns the current table, which no
+ * rebuilder has frozen: writes to it count (see the argument above).
+ */
+static struct seqmap_table *write_begin(struct seqmap *map)
 {
-	cds_lfht_next(map->ht, &iter->it);
-	return iter_seq(iter);
+	for (unsigned spins = 0;; spins++) {
+		struct seqmap_table *t;
+
+		kvp_rcu_read_lock();
+		t = atomic_load_explicit(&map->table, memory_order_acquire);
+		/* Acquire: a thawed table's state (rebuild failure). */
+		if (likely(!atomic_load_explicit(&t->frozen,
+						 memory_order_acquire)))
+			return t;
+		kvp_rcu_read_unlock();
+		/* A rebuild is under way: it needs our section gone. */
+		if (spins < 16)
+			kvp_cpu_relax();
+		else
+			sched_yield();
+	}
+}
+
+int seqmap_insert(struct seqmap *map, uint64_t id, void *v)
+{
+	for (;;) {
+		struct seqmap_table *t;
+		struct seqmap_slot *sl = NULL;
+		bool grow = false;
+		void *cur = NULL;
+		uint64_t h, i, n;
+		int err;
+
+		if (unlikely(id == 0))
+			/* Release: v's contents before a finder's acquire. */
+			return atomic_compare_exchange_strong_explicit(
+				       &map->zero, &cur, v,
+				       memory_order_release,
+				       memory_order_relaxed)
+				       ? 0
+				       : -EEXIST;
+		t = write_begin(map);
+		h = i = seq_hash(id);
+		for (n = 0; n <= t->mask; n++, i++) {
+			uint64_t k;
+
+			sl = &t->slots[i & t->mask];
+			k = atomic_load_explicit(&sl->key,
+						 memory_order_relaxed);
+			if (k == 0 &&
+			    atomic_compare_exchange_strong_explicit(
+				    &sl->key, &k, id, memory_order_relaxed,
+				    memory_order_relaxed)) {
+				grow = count_claim(t, h) ||
+				       n >= KVP_SEQMAP_LONG_PROBE ||
+				       n > t->mask / 4;
+				break;
+			}
+			/* k: the key there (maybe just claimed by another). */
+			if (k == id)
+				break;
+			sl = NULL;
+		}
+		if (sl) {
+			/* Release: v's contents before a finder's acquire. */
+			bool won = atomic_compare_exchange_strong_explicit(
+				&sl->val, &cur, v, memory_order_release,
+				memory_order_relaxed);
+
+			kvp_rcu_read_unlock();
+			if (grow)
+				(void)rebuild(map, t); /* -ENOMEM: keep it */
+			return won ? 0 : -EEXIST;
+		}
+		/* Full: rebuild (or wait for the one under way), retry. */
+		kvp_rcu_read_unlock();
+		err = rebuild(map, t);
+		if (err)
+			return err;
+	}
+}
+
+bool seqmap_remove(struct seqmap *map, uint64_t id, void *v)
+{
+	struct seqmap_table *t;
+	struct seqmap_slot *sl;
+	bool done;
+
+	if (unlikely(id == 0))
+		return atomic_compare_exchange_strong_explicit(
+			&map->zero, &v, NULL, memory_order_relaxed,
+			memory_order_relaxed);
+	t = write_begin(map);
+	sl = slot_find(t, id);
+	/* Relaxed: removing publishes nothing (the value's owner orders its
+	 * own reuse). */
+	done = sl && atomic_compare_exchange_strong_explicit(
+			     &sl->val, &v, NULL, memory_order_relaxed,
+			     memory_order_relaxed);
+	kvp_rcu_read_unlock();
+	return done;
+}
+
+/* The next value at or after iter->next, or NULL. */
+static void *iter_scan(struct seqmap_iter *iter)
+{
+	struct seqmap_table *t = iter->t;
+
+	while (iter->next <= t->mask) {
+		void *v = atomic_load_explicit(&t->slots[iter->next++].val,
+					       memory_order_acquire);
+
+		if (v)
+			return v;
+	}
+	return NULL;
+}
+
+void *seqmap_first(struct seqmap *map, struct seqmap_iter *iter)
+{
+	void *v = atomic_load_explicit(&map->zero, memory_order_acquire);
+
+	iter->t = atomic_load_explicit(&map->table, memory_order_acquire);
+	iter->next = 0;
+	return v ? v : iter_scan(iter);
+}
+
+void *seqmap_next(struct seqmap *map, struct seqmap_iter *iter)
+{
+	(void)map;
+	return iter_scan(iter);
 }

@@ -1,41 +1,60 @@
 /*
- * seqmap.h - the map seq_id -> sequence: a liburcu rculfhash.
+ * seqmap.h - the map seq_id -> sequence: the library's own lock-free
+ * open-addressing table (linear probing), RCU-protected.
  *
- * Lookups, insertions and removals run inside RCU read-side sections
- * (kvp_rcu_read_lock); a removed sequence is reclaimed with call_rcu by
- * its remover.  Insert and remove may race freely; exactly one insert of
- * an id wins, exactly one remove of a node succeeds.
+ * Values are opaque non-NULL pointers (manager.c stores its sequence
+ * structs).  Lookups and iteration run inside an RCU read-side section
+ * (kvp_rcu_read_lock); insert and remove must run OUTSIDE one (they take
+ * their own, and may wait for a rebuild, which waits for a grace period).
+ * Insert and remove may race freely with each other and with lookups:
+ * exactly one insert of an id wins while it is present, and one remove of
+ * an entry succeeds.  The map never reads a value's memory, so a removed
+ * value may be reused at once (manager.c validates what it finds under
+ * the sequence's lock).
  */
 #ifndef KVP_SEQMAP_H
 #define KVP_SEQMAP_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <urcu/urcu-memb.h>
-#include <urcu/rculfhash.h>
 
-struct kvp_seq;
+struct seqmap_table;
 
 struct seqmap {
-	struct cds_lfht *ht;
+	/* The current table: replaced by a rebuild (RCU: readers may still
+	 * read the old one until a grace period has passed). */
+	_Atomic(struct seqmap_table *) table;
+	/* Id 0 (the table's empty key) lives here instead. */
+	_Atomic(void *) zero;
+	/* Rebuilds so far (relaxed: tests and statistics). */
+	_Atomic uint64_t rebuilds;
 };
 
+/* 0 or -ENOMEM. */
 int seqmap_init(struct seqmap *map);
-/* The map must be empty, and no thread inside a read-side section. */
+/* No thread inside any of the map's calls; entries left are dropped. */
 void seqmap_fini(struct seqmap *map);
 
-/* Read side: the sequence with this id, or NULL. */
-struct kvp_seq *seqmap_lookup(struct seqmap *map, uint64_t id);
-/* Read side: inserts s unless its id is taken; returns true if inserted. */
-bool seqmap_insert(struct seqmap *map, struct kvp_seq *s);
-/* Read side: removes s; false if it was already removed. */
-bool seqmap_remove(struct seqmap *map, struct kvp_seq *s);
+/* Read side: the value stored under id, or NULL. */
+void *seqmap_lookup(struct seqmap *map, uint64_t id);
+/* Not in a read-side section: stores v (non-NULL) under id unless id is
+ * present.  0, -EEXIST, or -ENOMEM (the table was full and could not be
+ * rebuilt). */
+int seqmap_insert(struct seqmap *map, uint64_t id, void *v);
+/* Not in a read-side section: removes id if it maps to v; false if it
+ * did not. */
+bool seqmap_remove(struct seqmap *map, uint64_t id, void *v);
 
-/* Read side: iteration in an arbitrary order; NULL at the end. */
+/* Read side: every value present throughout the iteration is visited
+ * once (values inserted or removed meanwhile, maybe), in no order; NULL
+ * at the end. */
 struct seqmap_iter {
-	struct cds_lfht_iter it;
+	struct seqmap_table *t;
+	uint64_t next; /* slot index; 0 means the zero slot first */
 };
-struct kvp_seq *seqmap_first(struct seqmap *map, struct seqmap_iter *iter);
-struct kvp_seq *seqmap_next(struct seqmap *map, struct seqmap_iter *iter);
+void *seqmap_first(struct seqmap *map, struct seqmap_iter *iter);
+void *seqmap_next(struct seqmap *map, struct seqmap_iter *iter);
 
 #endif /* KVP_SEQMAP_H */
