@@ -708,16 +708,40 @@ KVP_API int kvp_seq_create_cached(struct kvp_manager *m, uint64_t id,
  * two. */
 #define KVP_COMMIT_AHEAD 16
 
-KVP_API int kvp_seq_commit(struct kvp_manager *m, uint64_t id,
-			   const struct kvp_hash *hashes, uint32_t nhashes)
+/* One STORED event for blocks [first, end) of a commit. */
+static void commit_emit(struct kvp_manager *m, const struct kvp_hash *hashes,
+			uint32_t first, uint32_t end,
+			const struct kvp_commit_info *info)
+{
+	struct kvp_event ev;
+
+	memset(&ev, 0, sizeof(ev));
+	ev.type = KVP_EVENT_STORED;
+	ev.hashes = hashes + first;
+	ev.nhashes = end - first;
+	ev.parent = first ? &hashes[first - 1] : NULL;
+	ev.lora_id = -1;
+	if (info) {
+		if (info->tokens)
+			ev.token_ids = info->tokens +
+				       (size_t)first * m->block_tokens;
+		ev.lora_name = info->lora_name;
+		ev.lora_id = info->lora_id;
+		ev.extra_keys = info->nextra_keys ? info->extra_keys : NULL;
+		ev.nextra_keys = info->nextra_keys;
+	}
+	prefix_emit_event(&m->prefix, &ev);
+}
+
+static int seq_commit(struct kvp_manager *m, uint64_t id,
+		      const struct kvp_hash *hashes, uint32_t nhashes,
+		      const struct kvp_commit_info *info)
 {
 	uint64_t keys[KVP_COMMIT_AHEAD]; /* of blocks [i, i + AHEAD) */
 	struct kvp_seq *s;
 	uint32_t upto, run = 0, i;
 	int err = 0, added = 0;
 
-	if (!m || (!hashes && nhashes) || !(m->flags & KVP_PREFIX_CACHE))
-		return -EINVAL;
 	s = seq_acquire(m, id);
 	if (!s)
 		return -ENOENT;
@@ -728,6 +752,11 @@ KVP_API int kvp_seq_commit(struct kvp_manager *m, uint64_t id,
 	upto = seq_tokens(s) / m->block_tokens; /* full blocks */
 	if (upto > nhashes)
 		upto = nhashes;
+	if (info && info->tokens &&
+	    (uint64_t)upto * m->block_tokens > info->ntokens) {
+		seq_unlock(s);
+		return -EINVAL;
+	}
 	prefix_store_begin(&m->prefix);
 	for (i = s->committed; i < upto && i < s->committed + KVP_COMMIT_AHEAD;
 	     i++)
@@ -751,8 +780,7 @@ KVP_API int kvp_seq_commit(struct kvp_manager *m, uint64_t id,
 			continue;
 		}
 		if (i > run)
-			prefix_emit(&m->prefix, KVP_EVENT_STORED, hashes + run, i - run,
-				    run ? &hashes[run - 1] : NULL);
+			commit_emit(m, hashes, run, i, info);
 		run = i + 1;
 		if (r < 0) {
 			err = r;
@@ -760,8 +788,7 @@ KVP_API int kvp_seq_commit(struct kvp_manager *m, uint64_t id,
 		}
 	}
 	if (!err && i > run)
-		prefix_emit(&m->prefix, KVP_EVENT_STORED, hashes + run, i - run,
-			    run ? &hashes[run - 1] : NULL);
+		commit_emit(m, hashes, run, i, info);
 	prefix_store_end(&m->prefix);
 	if (s->committed < i)
 		s->committed = err ? i : upto;
@@ -770,6 +797,26 @@ KVP_API int kvp_seq_commit(struct kvp_manager *m, uint64_t id,
 		stat_add(m, prefix_commits, added);
 	}
 	return err ? err : added;
+}
+
+KVP_API int kvp_seq_commit(struct kvp_manager *m, uint64_t id,
+			   const struct kvp_hash *hashes, uint32_t nhashes)
+{
+	if (!m || (!hashes && nhashes) || !(m->flags & KVP_PREFIX_CACHE))
+		return -EINVAL;
+	return seq_commit(m, id, hashes, nhashes, NULL);
+}
+
+KVP_API int kvp_seq_commit_ex(struct kvp_manager *m, uint64_t id,
+			      const struct kvp_hash *hashes, uint32_t nhashes,
+			      const struct kvp_commit_info *info)
+{
+	if (!m || (!hashes && nhashes) || !(m->flags & KVP_PREFIX_CACHE))
+		return -EINVAL;
+	if (info && ((!info->tokens && info->ntokens) ||
+		     (!info->extra_keys && info->nextra_keys)))
+		return -EINVAL;
+	return seq_commit(m, id, hashes, nhashes, info);
 }
 
 KVP_API int kvp_prefix_reset(struct kvp_manager *m)
@@ -798,6 +845,14 @@ KVP_API int kvp_manager_set_event_cb(struct kvp_manager *m, kvp_event_cb cb,
 		return -EINVAL;
 	prefix_set_event_sink(&m->prefix, cb, arg);
 	return 0;
+}
+
+KVP_API int kvp_manager_set_event_medium(struct kvp_manager *m,
+					 const char *medium)
+{
+	if (!m)
+		return -EINVAL;
+	return prefix_set_event_medium(&m->prefix, medium);
 }
 
 /*

@@ -1356,6 +1356,31 @@ int prefix_clear(struct prefix_cache *pc, bool force)
 	return 0;
 }
 
+int prefix_set_event_medium(struct prefix_cache *pc, const char *medium)
+{
+	size_t n = medium ? strlen(medium) : 0;
+
+	if (n >= sizeof(pc->event_medium))
+		return -EINVAL;
+	memset(pc->event_medium, 0, sizeof(pc->event_medium));
+	memcpy(pc->event_medium, medium ? medium : "", n);
+	return 0;
+}
+
+void prefix_emit_event(struct prefix_cache *pc, struct kvp_event *ev)
+{
+	if (!pc->event_cb)
+		return;
+	if (ev->type == KVP_EVENT_STORED) {
+		ev->block_tokens = pc->block_tokens;
+		ev->num_tokens = ev->nhashes * pc->block_tokens;
+	}
+	/* The event lock is held: seq numbers the calls in order. */
+	ev->seq = pc->event_seq++;
+	ev->medium = pc->event_medium[0] ? pc->event_medium : NULL;
+	pc->event_cb(ev, pc->event_arg);
+}
+
 void prefix_emit(struct prefix_cache *pc, enum kvp_event_type type,
 		 const struct kvp_hash *hashes, uint32_t n,
 		 const struct kvp_hash *parent)
@@ -1369,11 +1394,8 @@ void prefix_emit(struct prefix_cache *pc, enum kvp_event_type type,
 	ev.hashes = hashes;
 	ev.nhashes = n;
 	ev.parent = parent;
-	if (type == KVP_EVENT_STORED) {
-		ev.block_tokens = pc->block_tokens;
-		ev.num_tokens = n * pc->block_tokens;
-	}
-	pc->event_cb(&ev, pc->event_arg);
+	ev.lora_id = -1;
+	prefix_emit_event(pc, &ev);
 }
 
 #define mgr_check_fail(...)                                                  \

@@ -1,0 +1,6 @@
+#!/bin/sh
+# libkvpool-events' encoder against python3-msgpack (2,000 random batches).
+b=${top_builddir:-.}
+s=${top_srcdir:-.}
+exec "${PYTHON:-python3}" "$s/tests/test_events_encode.py" \
+	"$b/tests/events_encode_driver" 2000
