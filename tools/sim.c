@@ -64,6 +64,9 @@
 #include <unistd.h>
 
 #include <kvpool.h>
+#ifdef KVP_HAVE_EVENTS
+#include <kvpool-events.h>
+#endif
 
 #include "bench_common.h"
 #include "hist.h"
@@ -124,6 +127,13 @@ struct sim_opts {
 	const char *dump;
 	uint32_t max_attempts;
 	bool progress;
+	/* Events (--publish): libkvpool-events' publisher, NULL without. */
+	const char *publish, *replay_ep, *hash_seed, *topic;
+	bool cbor; /* --hash sha256_cbor */
+	double linger;
+	int32_t pub_hwm;
+	uint32_t replay_ring;
+	struct kvp_pub *pub;
 };
 
 /* What one replay measured. */
@@ -182,6 +192,7 @@ struct thr {
 	double util_sum, util_peak;
 	uint64_t util_n;
 	struct hist lat[NUM_OPS];
+	uint32_t *tokens; /* --publish: a prompt's pseudo-tokens */
 };
 
 struct run {
@@ -380,7 +391,22 @@ static int prefill(struct thr *t, uint32_t req)
 	t->queries += wr->input_len;
 	t->hits += cached;
 	t->block_ops += nblocks(wr->input_len, r->w->block_tokens);
-	rc = TIMED(t, OP_COMMIT, p_commit(r, wr->model, id, h, wr->nhashes));
+	if (t->tokens) {
+		/* --publish: the events carry the prompt's tokens. */
+		struct kvp_commit_info info = {0};
+
+		info.ntokens = wr->nhashes * r->w->block_tokens;
+		info.tokens = t->tokens;
+		info.lora_id = -1;
+		rc = TIMED(t, OP_COMMIT, (wl_tokens(r->w, wr, t->tokens,
+						    info.ntokens),
+					  kvp_seq_commit_ex(r->kmgr[wr->model],
+							    id, h, wr->nhashes,
+							    &info)));
+	} else {
+		rc = TIMED(t, OP_COMMIT,
+			   p_commit(r, wr->model, id, h, wr->nhashes));
+	}
 	if (rc == -ENOENT)
 		return rc;
 	if (rc < 0)
@@ -737,6 +763,11 @@ static int make_kvpool(struct run *r)
 				kvp_strerror(rc));
 			return rc;
 		}
+#ifdef KVP_HAVE_EVENTS
+		if (r->o->pub)
+			kvp_manager_set_event_cb(r->kmgr[m], kvp_pub_event_cb,
+						 r->o->pub);
+#endif
 	}
 	return 0;
 }
@@ -841,6 +872,7 @@ static void destroy(struct run *r)
 		for (unsigned i = 0; i < r->o->threads; i++) {
 			free(r->thr[i].running);
 			free(r->thr[i].pending);
+			free(r->thr[i].tokens);
 		}
 	free(r->thr);
 }
@@ -928,6 +960,9 @@ static void replay(const struct sim_opts *o, const struct workload *w,
 		t->cap = cap ? cap : 1;
 		t->running = bench_xcalloc(t->cap, sizeof(*t->running));
 		t->pending = bench_xcalloc(t->cap, sizeof(*t->pending));
+		if (o->pub && peer == PEER_KVPOOL)
+			t->tokens = bench_xcalloc(wl_max_prompt(w) + 1,
+						  sizeof(*t->tokens));
 		bench_thread_create(&tids[i], scheduler, t);
 	}
 	if (o->progress)
@@ -983,6 +1018,7 @@ static void replay(const struct sim_opts *o, const struct workload *w,
 		res->st.prefix_hits += st.prefix_hits;
 		res->st.prefix_commits += st.prefix_commits;
 		res->st.prefix_evictions += st.prefix_evictions;
+		res->st.prefix_cached_blocks += st.prefix_cached_blocks;
 		res->st.blocks_total = st.blocks_total;
 	}
 	res->st.prefix_hit_rate =
@@ -1195,6 +1231,30 @@ static void json_string(const char *s)
 	putchar('"');
 }
 
+/* --publish: the publisher's counts, and the cached blocks a subscriber
+ * must have rebuilt. */
+static void json_events(const struct sim_opts *o, const struct sim_result *k)
+{
+#ifdef KVP_HAVE_EVENTS
+	struct kvp_pub_stats st;
+
+	if (!o->pub)
+		return;
+	kvp_pub_stats(o->pub, &st);
+	printf(", \"events\": {\"hash\": \"%s\", \"events\": %llu, "
+	       "\"batches\": %llu, \"last_seq\": %llu, \"dropped\": %llu, "
+	       "\"cached_blocks_end\": %llu}",
+	       o->cbor ? "sha256_cbor" : "xxh3", (unsigned long long)st.events,
+	       (unsigned long long)st.batches,
+	       (unsigned long long)st.last_seq,
+	       (unsigned long long)st.dropped,
+	       (unsigned long long)k->st.prefix_cached_blocks);
+#else
+	(void)o;
+	(void)k;
+#endif
+}
+
 /* The whole --json report, one line; mx is NULL without --compare. */
 static void json_report(const struct sim_opts *o, const struct workload *w,
 			bool unlimited, const struct sim_result *k,
@@ -1216,6 +1276,7 @@ static void json_report(const struct sim_opts *o, const struct workload *w,
 	       o->watermark, o->unordered ? "false" : "true");
 	printf("\"kvpool\": ");
 	json_result(k);
+	json_events(o, k);
 	if (mx) {
 		printf(", \"mutex\": ");
 		json_result(mx);
@@ -1561,6 +1622,24 @@ static void usage(FILE *f)
 		"                      ('-': stdout)\n"
 		"  --plot FILE.png     with --sweep-capacity: a line plot "
 		"(needs gnuplot)\n"
+		"events (libkvpool-events; kvpool(1), README \"Joining a "
+		"cluster\"):\n"
+		"  --publish ENDPOINT  publish the replay's KV events, vLLM's "
+		"wire format\n"
+		"                      (ZeroMQ PUB bound there, e.g. "
+		"tcp://127.0.0.1:5557)\n"
+		"  --replay ENDPOINT   serve replay requests there (ROUTER)\n"
+		"  --replay-ring N     batches kept for replay (default 10000)\n"
+		"  --pub-hwm N         the PUB socket's high-water mark "
+		"(default 100000)\n"
+		"  --topic T           topic (default kv@<host>@kvpool-sim)\n"
+		"  --hash H            block hashes: xxh3 (default) or "
+		"sha256_cbor (vLLM's,\n"
+		"                      over pseudo-tokens of the hash ids)\n"
+		"  --hash-seed S       sha256_cbor's seed, vLLM's "
+		"PYTHONHASHSEED (default 0)\n"
+		"  --linger SECONDS    after the replay, keep answering "
+		"replay requests\n"
 		"  -h, --help          this text; kvpool(1) has the details\n",
 		WL_DEFAULT_REQUESTS, SIM_DEFAULT_SYNTH_BLOCKS,
 		SIM_DEFAULT_BLOCK_TOKENS, SIM_DEFAULT_THREADS,
@@ -1705,6 +1784,36 @@ static void parse_args(struct sim_opts *o, int argc, char **argv)
 							      BENCH_MAX_REPS);
 		} else if (!strcmp(name, "--dump-workload")) {
 			o->dump = val;
+		} else if (!strcmp(name, "--publish")) {
+			o->publish = val;
+		} else if (!strcmp(name, "--replay")) {
+			o->replay_ep = val;
+		} else if (!strcmp(name, "--replay-ring")) {
+			o->replay_ring = (uint32_t)bench_parse_ulong(
+				name, val, 1, 1u << 24);
+		} else if (!strcmp(name, "--pub-hwm")) {
+			o->pub_hwm = (int32_t)bench_parse_ulong(name, val, 1,
+								INT32_MAX);
+		} else if (!strcmp(name, "--topic")) {
+			o->topic = val;
+		} else if (!strcmp(name, "--hash")) {
+			if (strcmp(val, "sha256_cbor") && strcmp(val, "xxh3"))
+				usage_error("--hash: expected xxh3 or "
+					    "sha256_cbor, got '%s'",
+					    val);
+			o->cbor = !strcmp(val, "sha256_cbor");
+		} else if (!strcmp(name, "--hash-seed")) {
+			o->hash_seed = val;
+		} else if (!strcmp(name, "--linger")) {
+			char *end;
+
+			errno = 0;
+			o->linger = strtod(val, &end);
+			if (errno || end == val || *end || !(o->linger >= 0) ||
+			    o->linger > 86400)
+				usage_error("--linger: expected seconds in "
+					    "[0, 86400], got '%s'",
+					    val);
 		} else if (!strcmp(name, "--max-attempts")) {
 			o->max_attempts = (uint32_t)bench_parse_ulong(
 				name, val, 1, UINT32_MAX);
@@ -1724,11 +1833,78 @@ static void parse_args(struct sim_opts *o, int argc, char **argv)
 	if ((o->trace && (o->seed != 1 || o->requests != WL_DEFAULT_REQUESTS)))
 		usage_error("--seed and --requests shape the synthetic "
 			    "workload, not a trace");
+	if ((o->replay_ep || o->linger > 0 || o->replay_ring || o->pub_hwm ||
+	     o->topic) &&
+	    !o->publish)
+		usage_error("--replay, --replay-ring, --pub-hwm, --topic and "
+			    "--linger go with --publish");
+	if (o->hash_seed && !o->cbor)
+		usage_error("--hash-seed goes with --hash sha256_cbor");
+	if (o->publish && (o->compare || o->sweep || o->reps != 1 ||
+			   o->models != 1 || o->dump))
+		usage_error("--publish streams one replay of one model: not "
+			    "with --compare, --sweep-capacity, --reps, "
+			    "--models or --dump-workload");
+#ifndef KVP_HAVE_EVENTS
+	if (o->publish)
+		usage_error("--publish: this kvpool was built without "
+			    "libkvpool-events (libzmq3-dev, libmsgpack-dev)");
+#endif
 	o->progress = isatty(STDERR_FILENO);
 }
 
 /* ------------------------------------------------------------------ main */
 
+
+#ifdef KVP_HAVE_EVENTS
+/* --publish: starts o->pub.  Returns 0, or -1 (message on stderr). */
+static int start_publisher(struct sim_opts *o)
+{
+	struct kvp_pub_config cfg = {0};
+	int rc;
+
+	cfg.endpoint = o->publish;
+	cfg.replay_endpoint = o->replay_ep;
+	cfg.topic = o->topic;
+	cfg.model_name = "kvpool-sim";
+	cfg.ring_batches = o->replay_ring;
+	cfg.sndhwm = o->pub_hwm;
+	/* A replay runs flat out, far faster than an engine's steps: room
+	 * for a burst, so that the publisher's thread never drops. */
+	cfg.thread_buffer_kib = 64 * 1024;
+	cfg.max_batch_events = 1024;
+	rc = kvp_pub_create(&cfg, &o->pub);
+	if (rc != 0) {
+		fprintf(stderr, "kvpool sim: --publish %s%s%s: %s\n", o->publish,
+			o->replay_ep ? " --replay " : "",
+			o->replay_ep ? o->replay_ep : "", strerror(-rc));
+		return -1;
+	}
+	return 0;
+}
+
+/* --publish without --json: one line of the publisher's counts. */
+static void print_events(const struct sim_opts *o, const struct sim_result *k)
+{
+	struct kvp_pub_stats st;
+
+	kvp_pub_stats(o->pub, &st);
+	printf("events: %llu published in %llu batches (last seq %llu), %llu "
+	       "dropped; %llu blocks cached at the end (%s hashes)\n",
+	       (unsigned long long)(st.events - st.dropped),
+	       (unsigned long long)st.batches,
+	       (unsigned long long)st.last_seq,
+	       (unsigned long long)st.dropped,
+	       (unsigned long long)k->st.prefix_cached_blocks,
+	       o->cbor ? "sha256_cbor" : "xxh3");
+}
+#else
+static int start_publisher(struct sim_opts *o)
+{
+	(void)o;
+	return -1;
+}
+#endif
 
 /* `kvpool sim`: see tools.h. */
 int sim_main(int argc, char **argv)
@@ -1767,6 +1943,10 @@ int sim_main(int argc, char **argv)
 		}
 		return 0;
 	}
+	if (o.cbor) {
+		kvp_hash_set_cbor_seed(o.hash_seed ? o.hash_seed : "0");
+		wl_set_cbor(&w);
+	}
 	rc = wl_prepare(&w, o.block_tokens, o.models, o.threads);
 	if (rc != 0) {
 		fprintf(stderr, "kvpool sim: hashing the workload: %s\n",
@@ -1795,6 +1975,10 @@ int sim_main(int argc, char **argv)
 	if (unl)
 		blocks = (uint32_t)unlimited;
 
+	if (o.publish && start_publisher(&o) != 0) {
+		wl_free(&w);
+		return 1;
+	}
 	kv = bench_xcalloc(o.reps, sizeof(*kv));
 	if (o.compare)
 		mx = bench_xcalloc(o.reps, sizeof(*mx));
@@ -1815,6 +1999,12 @@ int sim_main(int argc, char **argv)
 			"cached blocks and preempted %llu requests\n",
 			(unsigned long long)k->st.prefix_evictions,
 			(unsigned long long)k->preemptions);
+#ifdef KVP_HAVE_EVENTS
+	/* Everything the replay caused is on the wire before we report. */
+	if (o.pub && kvp_pub_flush(o.pub, 60000) != 0)
+		fprintf(stderr, "kvpool sim: events still unpublished after "
+				"60 s\n");
+#endif
 	if (o.json) {
 		json_report(&o, &w, unl, k, m);
 	} else {
@@ -1833,8 +2023,23 @@ int sim_main(int argc, char **argv)
 				    : "the work differed, see above");
 		}
 	}
+	rc = fflush(stdout) == 0 ? 0 : 1;
+#ifdef KVP_HAVE_EVENTS
+	if (o.pub) {
+		struct timespec ts = {(time_t)o.linger,
+				      (long)((o.linger - (double)(time_t)o.linger) *
+					     1e9)};
+
+		if (!o.json)
+			print_events(&o, k);
+		fflush(stdout);
+		if (o.linger > 0)
+			nanosleep(&ts, NULL);
+		kvp_pub_destroy(o.pub);
+	}
+#endif
 	free(kv);
 	free(mx);
 	wl_free(&w);
-	return fflush(stdout) == 0 ? 0 : 1;
+	return rc;
 }
