@@ -44,6 +44,60 @@ static void pack_hashes(msgpack_packer *pk, const struct kvp_event *ev,
 		pack_hash(pk, &ev->hashes[i], flags);
 }
 
+/*
+ * Token ids in bulk: each in msgpack's shortest unsigned form (as
+ * msgpack_pack_uint32 writes it), a chunk per callback call rather than
+ * one call per integer (token arrays are most of the bytes).
+ */
+static void pack_u32s(msgpack_packer *pk, const uint32_t *v, uint32_t n)
+{
+	unsigned char buf[5 * 512];
+
+	msgpack_pack_array(pk, n);
+	while (n) {
+		uint32_t k = n < 512 ? n : 512;
+		size_t len = 0;
+
+		for (uint32_t i = 0; i < k; i++) {
+			uint32_t x = v[i];
+
+			if (x < 128) {
+				buf[len++] = (unsigned char)x;
+			} else if (x < 256) {
+				buf[len++] = 0xcc;
+				buf[len++] = (unsigned char)x;
+			} else if (x < 65536) {
+				buf[len++] = 0xcd;
+				buf[len++] = (unsigned char)(x >> 8);
+				buf[len++] = (unsigned char)x;
+			} else {
+				buf[len++] = 0xce;
+				buf[len++] = (unsigned char)(x >> 24);
+				buf[len++] = (unsigned char)(x >> 16);
+				buf[len++] = (unsigned char)(x >> 8);
+				buf[len++] = (unsigned char)x;
+			}
+		}
+		pk->callback(pk->data, (const char *)buf, len);
+		v += k;
+		n -= k;
+	}
+}
+
+size_t kvpe_event_bound(const struct kvp_event *ev)
+{
+	size_t n = 160 + strlen(ev->medium ? ev->medium : "") +
+		   (size_t)(ev->nhashes + 1) * 40;
+
+	if (ev->type != KVP_EVENT_STORED)
+		return n;
+	n += (ev->token_ids ? (size_t)ev->num_tokens * 5 : 0) + 16 +
+	     (ev->lora_name ? strlen(ev->lora_name) : 0);
+	for (uint32_t k = 0; k < ev->nextra_keys; k++)
+		n += ((size_t)strlen(ev->extra_keys[k]) + 9) * ev->nhashes;
+	return n + (size_t)ev->nhashes * 5;
+}
+
 void kvpe_pack_event(msgpack_packer *pk, const struct kvp_event *ev,
 		     uint32_t flags, const char *medium)
 {
@@ -60,9 +114,7 @@ void kvpe_pack_event(msgpack_packer *pk, const struct kvp_event *ev,
 			pack_hash(pk, ev->parent, flags);
 		else
 			msgpack_pack_nil(pk);
-		msgpack_pack_array(pk, ntok);
-		for (uint32_t i = 0; i < ntok; i++)
-			msgpack_pack_uint32(pk, ev->token_ids[i]);
+		pack_u32s(pk, ev->token_ids, ntok);
 		msgpack_pack_uint32(pk, ev->block_tokens);
 		if (ev->lora_id >= 0)
 			msgpack_pack_int64(pk, ev->lora_id);
@@ -106,15 +158,9 @@ void kvpe_pack_batch_tail(msgpack_packer *pk, int32_t dp_rank)
 	msgpack_pack_int32(pk, dp_rank);
 }
 
-/* A caller's fixed buffer: counts what does not fit. */
-struct fixbuf {
-	char *p;
-	size_t cap, len;
-};
-
-static int fix_write(void *data, const char *buf, size_t n)
+int kvpe_fix_write(void *data, const char *buf, size_t n)
 {
-	struct fixbuf *f = data;
+	struct kvpe_fixbuf *f = data;
 
 	if (f->len + n <= f->cap)
 		memcpy(f->p + f->len, buf, n);
@@ -145,7 +191,7 @@ KVPE_API int kvp_pub_encode(const struct kvp_event *const *events, uint32_t n,
 			    uint32_t flags, const char *medium, void *buf,
 			    size_t cap, size_t *len)
 {
-	struct fixbuf f = {buf, cap, 0};
+	struct kvpe_fixbuf f = {buf, cap, 0};
 	msgpack_packer pk;
 
 	if (!buf || !len || (!events && n) || (flags & ~KVP_PUB_INT_HASHES))
@@ -153,7 +199,7 @@ KVPE_API int kvp_pub_encode(const struct kvp_event *const *events, uint32_t n,
 	for (uint32_t i = 0; i < n; i++)
 		if (!event_ok(events[i]))
 			return -EINVAL;
-	msgpack_packer_init(&pk, &f, fix_write);
+	msgpack_packer_init(&pk, &f, kvpe_fix_write);
 	kvpe_pack_batch_head(&pk, ts, n);
 	for (uint32_t i = 0; i < n; i++)
 		kvpe_pack_event(&pk, events[i], flags,

@@ -86,10 +86,18 @@ struct ring {
 	struct ring *next; /* immutable once published */
 };
 
+/* A batch's encoded bytes, shared by the PUB socket's message (sent
+ * without a copy: libzmq's thread drops its reference when sent) and the
+ * replay ring. */
+struct payload {
+	_Atomic uint32_t refs;
+	size_t len;
+	char data[];
+};
+
 struct replay_slot {
 	uint64_t seq;
-	void *data;
-	size_t len;
+	struct payload *pl;
 };
 
 struct kvp_pub {
@@ -111,8 +119,8 @@ struct kvp_pub {
 	/* publisher thread only */
 	struct replay_slot *ring; /* replay ring, cfg.ring_batches slots */
 	uint64_t next_batch;
-	msgpack_sbuffer sbuf;
 	struct rec **recs;     /* a batch's records, max_batch_events */
+	struct kvp_event *evs; /* and their events */
 	struct ring **owners;  /* and their rings */
 	char strs[2 + MAX_EXTRA][KVPE_MAX_STR + 1]; /* rec_read's copies */
 };
@@ -147,6 +155,8 @@ static struct ring *ring_register(struct kvp_pub *p)
 		free(r);
 		return NULL;
 	}
+	/* Touched now, not page by page on the producer's path. */
+	memset(r->buf, 0, r->cap);
 	atomic_init(&r->head, 0);
 	atomic_init(&r->tail, 0);
 	pthread_mutex_lock(&p->reg_lock);
@@ -252,6 +262,13 @@ static void rec_write(unsigned char *d, const struct kvp_event *ev,
 		d = put(d, &n, sizeof(n));
 		d = put(d, ev->extra_keys[k], n);
 	}
+}
+
+KVPE_API int kvp_pub_thread_init(struct kvp_pub *p)
+{
+	if (!p)
+		return -EINVAL;
+	return ring_of(p) ? 0 : -ENOMEM;
 }
 
 KVPE_API void kvp_pub_event_cb(const struct kvp_event *ev, void *arg)
@@ -384,18 +401,29 @@ static void put_be64(unsigned char *b, uint64_t v)
 		b[i] = (unsigned char)(v >> (56 - 8 * i));
 }
 
-/* Keeps a sent batch for replay (drops the oldest when full). */
-static void replay_keep(struct kvp_pub *p, uint64_t seq, const void *data,
-			size_t len)
+static void payload_unref(struct payload *pl)
+{
+	/* Acq_rel: the last holder sees every other holder's use done. */
+	if (pl && atomic_fetch_sub_explicit(&pl->refs, 1,
+					    memory_order_acq_rel) == 1)
+		free(pl);
+}
+
+/* libzmq's free function for a sent message (its I/O thread). */
+static void payload_sent(void *data, void *hint)
+{
+	(void)data;
+	payload_unref(hint);
+}
+
+/* Keeps a sent batch for replay (drops the oldest when full); takes the
+ * caller's reference. */
+static void replay_keep(struct kvp_pub *p, uint64_t seq, struct payload *pl)
 {
 	struct replay_slot *s = &p->ring[seq % p->cfg.ring_batches];
-	void *copy = malloc(len ? len : 1);
 
-	if (!copy)
-		return; /* not replayable; the PUB copy went out */
-	free(s->data);
-	memcpy(copy, data, len);
-	*s = (struct replay_slot){seq, copy, len};
+	payload_unref(s->pl);
+	*s = (struct replay_slot){seq, pl};
 }
 
 /* Answers replay requests waiting on the ROUTER socket. */
@@ -431,13 +459,13 @@ static void replay_serve(struct kvp_pub *p)
 			struct replay_slot *rs =
 				&p->ring[s % p->cfg.ring_batches];
 
-			if (!rs->data || rs->seq != s)
+			if (!rs->pl || rs->seq != s)
 				continue;
 			put_be64(seqb, s);
 			zmq_send(p->router, id, (size_t)idn, ZMQ_SNDMORE);
 			zmq_send(p->router, "", 0, ZMQ_SNDMORE);
 			zmq_send(p->router, seqb, 8, ZMQ_SNDMORE);
-			zmq_send(p->router, rs->data, rs->len, 0);
+			zmq_send(p->router, rs->pl->data, rs->pl->len, 0);
 		}
 		put_be64(seqb, UINT64_MAX); /* -1 as 8 signed bytes */
 		zmq_send(p->router, id, (size_t)idn, ZMQ_SNDMORE);
@@ -459,6 +487,9 @@ static uint32_t publish_batch(struct kvp_pub *p)
 	uint32_t n = 0, cap = p->cfg.max_batch_events;
 	struct rec **recs = p->recs;
 	struct ring **owners = p->owners;
+	struct kvp_event *evs = p->evs;
+	struct payload *pl;
+	size_t bound = 64;
 	msgpack_packer pk;
 	unsigned char seqb[8];
 
@@ -492,29 +523,56 @@ static uint32_t publish_batch(struct kvp_pub *p)
 	}
 	if (n == 0)
 		return 0;
-	msgpack_sbuffer_clear(&p->sbuf);
-	msgpack_packer_init(&pk, &p->sbuf, msgpack_sbuffer_write);
-	kvpe_pack_batch_head(&pk, now_real(), n);
 	for (uint32_t i = 0; i < n; i++) {
 		const char *keys[MAX_EXTRA];
-		struct kvp_event ev;
 
-		rec_read(recs[i], &ev, keys, p->strs);
-		kvpe_pack_event(&pk, &ev, p->cfg.flags, p->medium);
+		rec_read(recs[i], &evs[i], keys, p->strs);
+		bound += kvpe_event_bound(&evs[i]);
 	}
-	kvpe_pack_batch_tail(&pk, p->cfg.data_parallel_rank);
+	pl = malloc(sizeof(*pl) + bound);
+	if (pl) {
+		struct kvpe_fixbuf f = {pl->data, bound, 0};
+
+		msgpack_packer_init(&pk, &f, kvpe_fix_write);
+		kvpe_pack_batch_head(&pk, now_real(), n);
+		for (uint32_t i = 0; i < n; i++) {
+			const char *keys[MAX_EXTRA];
+
+			/* Again: the strings of one record at a time. */
+			rec_read(recs[i], &evs[i], keys, p->strs);
+			kvpe_pack_event(&pk, &evs[i], p->cfg.flags, p->medium);
+		}
+		kvpe_pack_batch_tail(&pk, p->cfg.data_parallel_rank);
+		pl->len = f.len;
+		atomic_init(&pl->refs, p->router ? 2 : 1);
+		if (f.len > bound) { /* cannot happen: the bound is loose */
+			free(pl);
+			pl = NULL;
+		}
+	}
 	/* Release: done reading the records; their bytes may be reused. */
 	for (uint32_t i = 0; i < n; i++)
 		atomic_store_explicit(&owners[i]->head, owners[i]->peek,
 				      memory_order_release);
-	put_be64(seqb, p->next_batch);
-	zmq_send(p->pub, p->topic, strlen(p->topic), ZMQ_SNDMORE);
-	zmq_send(p->pub, seqb, 8, ZMQ_SNDMORE);
-	zmq_send(p->pub, p->sbuf.data, p->sbuf.size, 0);
-	if (p->router)
-		replay_keep(p, p->next_batch, p->sbuf.data, p->sbuf.size);
-	p->next_batch++;
-	atomic_store_explicit(&p->batches, p->next_batch, memory_order_relaxed);
+	if (!pl) {
+		/* Out of memory: the batch's events are lost, counted. */
+		atomic_fetch_add_explicit(&p->dropped, n, memory_order_relaxed);
+	} else {
+		zmq_msg_t msg;
+
+		put_be64(seqb, p->next_batch);
+		zmq_send(p->pub, p->topic, strlen(p->topic), ZMQ_SNDMORE);
+		zmq_send(p->pub, seqb, 8, ZMQ_SNDMORE);
+		if (zmq_msg_init_data(&msg, pl->data, pl->len, payload_sent,
+				      pl) == 0 &&
+		    zmq_msg_send(&msg, p->pub, 0) < 0)
+			zmq_msg_close(&msg); /* calls payload_sent */
+		if (p->router)
+			replay_keep(p, p->next_batch, pl);
+		p->next_batch++;
+		atomic_store_explicit(&p->batches, p->next_batch,
+				      memory_order_relaxed);
+	}
 	/* Release: kvp_pub_flush's acquire sees the batch sent. */
 	atomic_store_explicit(&p->published, want, memory_order_release);
 	return n;
@@ -580,11 +638,11 @@ static void pub_free(struct kvp_pub *p)
 		zmq_ctx_term(p->zctx);
 	if (p->ring)
 		for (uint32_t i = 0; i < p->cfg.ring_batches; i++)
-			free(p->ring[i].data);
+			payload_unref(p->ring[i].pl);
 	free(p->ring);
 	free(p->recs);
+	free(p->evs);
 	free(p->owners);
-	msgpack_sbuffer_destroy(&p->sbuf);
 	pthread_mutex_destroy(&p->reg_lock);
 	free(p);
 }
@@ -640,7 +698,6 @@ KVPE_API int kvp_pub_create(const struct kvp_pub_config *cfg,
 			 cfg->model_name ? cfg->model_name : "kvpool");
 	}
 	p->id = atomic_fetch_add(&pub_ids, 1);
-	msgpack_sbuffer_init(&p->sbuf);
 	if (pthread_mutex_init(&p->reg_lock, NULL) != 0) {
 		free(p);
 		return -ENOMEM;
@@ -648,9 +705,10 @@ KVPE_API int kvp_pub_create(const struct kvp_pub_config *cfg,
 	rc = -ENOMEM;
 	p->ring = calloc(p->cfg.ring_batches, sizeof(*p->ring));
 	p->recs = calloc(p->cfg.max_batch_events, sizeof(*p->recs));
+	p->evs = calloc(p->cfg.max_batch_events, sizeof(*p->evs));
 	p->owners = calloc(p->cfg.max_batch_events, sizeof(*p->owners));
 	p->zctx = zmq_ctx_new();
-	if (!p->ring || !p->recs || !p->owners || !p->zctx)
+	if (!p->ring || !p->recs || !p->evs || !p->owners || !p->zctx)
 		goto fail;
 	p->pub = zmq_socket(p->zctx, ZMQ_PUB);
 	if (!p->pub)

@@ -159,7 +159,8 @@ def run(args):
         return len(got)
 
     time.sleep(args.connect_wait)
-    fill_from(0)
+    if not args.no_initial_replay:
+        fill_from(0)
     if args.stall:
         time.sleep(args.stall)   # a slow router: the PUB socket drops
     poller = zmq.Poller()
@@ -239,6 +240,8 @@ def main():
                     help="sleep before reading the live stream")
     ap.add_argument("--slow", type=float, default=0,
                     help="sleep after each live batch")
+    ap.add_argument("--no-initial-replay", action="store_true",
+                    help="do not ask for seq 0 on: a gap will")
     ap.add_argument("--min-gaps", type=int, default=0,
                     help="fail unless replay filled this many gaps")
     sys.exit(run(ap.parse_args()))

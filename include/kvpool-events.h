@@ -103,6 +103,13 @@ KVPE_API int kvp_pub_create(const struct kvp_pub_config *cfg, struct kvp_pub **o
 KVPE_API void kvp_pub_event_cb(const struct kvp_event *ev, void *pub);
 
 /*
+ * Allocates (and touches) the calling thread's event buffer now rather
+ * than at its first event, which would do it under the manager's event
+ * lock.  Optional.  Errors: -EINVAL (NULL pub), -ENOMEM.
+ */
+KVPE_API int kvp_pub_thread_init(struct kvp_pub *pub);
+
+/*
  * Waits until every event handed to kvp_pub_event_cb before the call is
  * published (sent or dropped), at most timeout_ms milliseconds (< 0:
  * without limit).  Errors: -EINVAL (NULL pub), -ETIMEDOUT.

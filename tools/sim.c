@@ -398,7 +398,8 @@ static int prefill(struct thr *t, uint32_t req)
 		info.ntokens = wr->nhashes * r->w->block_tokens;
 		info.tokens = t->tokens;
 		info.lora_id = -1;
-		rc = TIMED(t, OP_COMMIT, (wl_tokens(r->w, wr, t->tokens,
+		/* Only the blocks past the hits are stored (and read). */
+		rc = TIMED(t, OP_COMMIT, (wl_tokens(r->w, wr, t->tokens, cached,
 						    info.ntokens),
 					  kvp_seq_commit_ex(r->kmgr[wr->model],
 							    id, h, wr->nhashes,
@@ -715,6 +716,11 @@ static void *scheduler(void *arg)
 	struct run *r = t->run;
 	uint32_t nreq = r->w->nreq;
 
+#ifdef KVP_HAVE_EVENTS
+	/* The thread's event buffer, before the clock starts. */
+	if (t->tokens && kvp_pub_thread_init(r->o->pub) != 0)
+		bench_die("sim: kvp_pub_thread_init: out of memory");
+#endif
 	pthread_barrier_wait(&r->start);
 	atomic_min_u64(&r->t0, hist_now_ns());
 	while (atomic_load_explicit(&r->finished, memory_order_relaxed) <

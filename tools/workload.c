@@ -508,13 +508,18 @@ void wl_set_cbor(struct workload *w)
 }
 
 void wl_tokens(const struct workload *w, const struct wl_req *r,
-	       uint32_t *out, uint32_t n)
+	       uint32_t *out, uint32_t from, uint32_t to)
 {
 	const uint64_t *ids = w->ids + r->id_off;
 	uint32_t U = w->unit_tokens;
 
-	for (uint32_t p = 0; p < n; p++)
-		out[p] = (uint32_t)(ids[p / U] * U + p % U);
+	for (uint32_t p = from; p < to;) {
+		uint32_t end = (p / U + 1) * U < to ? (p / U + 1) * U : to;
+		uint32_t base = (uint32_t)(ids[p / U] * U);
+
+		for (; p < end; p++)
+			out[p] = base + p % U;
+	}
 }
 
 /* hash_range for wl_set_cbor: vLLM's chain over the pseudo-tokens. */
@@ -523,7 +528,7 @@ static int hash_cbor(const struct workload *w, const struct wl_req *r,
 {
 	uint32_t B = w->block_tokens;
 
-	wl_tokens(w, r, tok, r->nhashes * B);
+	wl_tokens(w, r, tok, 0, r->nhashes * B);
 	for (uint32_t k = 0; k < r->nhashes; k++) {
 		int rc = kvp_hash_blocks(KVP_HASH_SHA256_CBOR,
 					 k ? &h[k - 1] : NULL, NULL,

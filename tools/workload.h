@@ -121,9 +121,10 @@ void wl_set_cbor(struct workload *w);
 /* The longest prompt (tokens). */
 uint32_t wl_max_prompt(const struct workload *w);
 
-/* The pseudo-tokens [0, n) of request r's prompt (n <= its input). */
+/* The pseudo-tokens [from, to) of request r's prompt (to <= its input),
+ * in out[from .. to). */
 void wl_tokens(const struct workload *w, const struct wl_req *r,
-	       uint32_t *out, uint32_t n);
+	       uint32_t *out, uint32_t from, uint32_t to);
 
 /* The hashes of request r's full blocks. */
 static inline const struct kvp_hash *wl_hashes(const struct workload *w,
