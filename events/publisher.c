@@ -50,6 +50,7 @@
 #include <zmq.h>
 
 #include "encode.h"
+#include "tsan.h"
 
 #define RING_DEFAULT_KIB 1024u
 #define REPLAY_DEFAULT 10000u
@@ -409,10 +410,13 @@ static void payload_unref(struct payload *pl)
 		free(pl);
 }
 
-/* libzmq's free function for a sent message (its I/O thread). */
+/* libzmq's free function for a sent message (its I/O thread).  The
+ * payload reached it through libzmq's pipes, which TSan cannot see: the
+ * publisher released it before zmq_msg_send, acquired here. */
 static void payload_sent(void *data, void *hint)
 {
 	(void)data;
+	kvp_tsan_acquire(hint);
 	payload_unref(hint);
 }
 
@@ -490,6 +494,7 @@ static uint32_t publish_batch(struct kvp_pub *p)
 	struct kvp_event *evs = p->evs;
 	struct payload *pl;
 	size_t bound = 64;
+	unsigned spins = 0;
 	msgpack_packer pk;
 	unsigned char seqb[8];
 
@@ -511,7 +516,13 @@ static uint32_t publish_batch(struct kvp_pub *p)
 			 * record's release is what we then acquire. */
 			if (atomic_load_explicit(&p->next_event,
 						 memory_order_relaxed) > want) {
-				sched_yield();
+				/* A producer is copying it: a large event
+				 * takes microseconds; do not spin on a
+				 * core the producers need. */
+				struct timespec ts = {0, 20 * 1000};
+
+				if (++spins > 64)
+					nanosleep(&ts, NULL);
 				continue;
 			}
 			break;
@@ -564,9 +575,14 @@ static uint32_t publish_batch(struct kvp_pub *p)
 		zmq_send(p->pub, p->topic, strlen(p->topic), ZMQ_SNDMORE);
 		zmq_send(p->pub, seqb, 8, ZMQ_SNDMORE);
 		if (zmq_msg_init_data(&msg, pl->data, pl->len, payload_sent,
-				      pl) == 0 &&
-		    zmq_msg_send(&msg, p->pub, 0) < 0)
-			zmq_msg_close(&msg); /* calls payload_sent */
+				      pl) != 0) {
+			payload_unref(pl); /* libzmq's reference */
+		} else {
+			/* Our last touch of pl unless the ring keeps it. */
+			kvp_tsan_release(pl);
+			if (zmq_msg_send(&msg, p->pub, 0) < 0)
+				zmq_msg_close(&msg); /* calls payload_sent */
+		}
 		if (p->router)
 			replay_keep(p, p->next_batch, pl);
 		p->next_batch++;
@@ -582,6 +598,7 @@ static void *publisher_main(void *arg)
 {
 	struct kvp_pub *p = arg;
 
+	pthread_setname_np(pthread_self(), "kvp-events");
 	for (;;) {
 		bool stop = atomic_load_explicit(&p->stop,
 						 memory_order_acquire);
