@@ -1,14 +1,17 @@
 #!/bin/sh
 # Installs kvpool's build and test dependencies from Debian 12 packages
 # (clang, libclang-rt-14-dev and valgrind are for `make fuzz` and
-# `make check-valgrind` only: a build without them works).
+# `make check-valgrind` only: a build without them works; libzmq3-dev and
+# libmsgpack-dev build libkvpool-events, python3-zmq, python3-msgpack and
+# python3-cbor2 run its tests and examples/kv_subscriber.py).
 # Runs apt-get through sudo unless already root.  Idempotent.
 set -e
 SUDO=
 [ "$(id -u)" -eq 0 ] || SUDO=sudo
 PKGS="build-essential autoconf automake libtool pkg-config autoconf-archive \
 check liburcu-dev libjemalloc-dev libxxhash-dev nettle-dev python3 \
-clang libclang-rt-14-dev valgrind"
+clang libclang-rt-14-dev valgrind \
+libzmq3-dev libmsgpack-dev python3-zmq python3-msgpack python3-cbor2"
 # Only ask apt when something is missing: keeps repeated runs fast.
 missing=
 for p in $PKGS; do
