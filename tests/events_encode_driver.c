@@ -46,9 +46,9 @@ static void die(void)
 
 static const char *word(void)
 {
-	static char w[2 * MAXSTR + 8];
+	static char w[2 * MAXSTR + 16]; /* 'x', hex of MAXSTR bytes, NUL */
 
-	if (scanf("%1040s", w) != 1)
+	if (scanf("%1039s", w) != 1)
 		die();
 	return w;
 }
