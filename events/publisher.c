@@ -333,6 +333,15 @@ static struct rec *ring_front(struct ring *r)
 	return NULL;
 }
 
+/* Copies n bytes at *d into to (NUL-terminated) and steps *d past them. */
+static const char *str_out(const unsigned char **d, size_t n, char *to)
+{
+	memcpy(to, *d, n);
+	to[n] = '\0';
+	*d += n;
+	return to;
+}
+
 /* Rebuilds the event a record holds (pointing into it). */
 static void rec_read(const struct rec *r, struct kvp_event *ev,
 		     const char **keys, char strs[][KVPE_MAX_STR + 1])
@@ -358,31 +367,16 @@ static void rec_read(const struct rec *r, struct kvp_event *ev,
 		d += (size_t)r->ntokens * 4;
 	}
 	/* Strings are not NUL-terminated in the record: copied out. */
-	if (r->lora_len != NONE16) {
-		size_t n = r->lora_len;
-
-		memcpy(strs[0], d, n);
-		strs[0][n] = '\0';
-		ev->lora_name = strs[0];
-		d += r->lora_len;
-	}
-	if (r->medium_len != NONE16) {
-		size_t n = r->medium_len;
-
-		memcpy(strs[1], d, n);
-		strs[1][n] = '\0';
-		ev->medium = strs[1];
-		d += r->medium_len;
-	}
+	if (r->lora_len != NONE16)
+		ev->lora_name = str_out(&d, r->lora_len, strs[0]);
+	if (r->medium_len != NONE16)
+		ev->medium = str_out(&d, r->medium_len, strs[1]);
 	for (uint32_t k = 0; k < r->nextra; k++) {
 		uint16_t n;
 
 		memcpy(&n, d, sizeof(n));
 		d += sizeof(n);
-		memcpy(strs[2 + k], d, n);
-		strs[2 + k][n] = '\0';
-		keys[k] = strs[2 + k];
-		d += n;
+		keys[k] = str_out(&d, n, strs[2 + k]);
 	}
 	ev->extra_keys = r->nextra ? keys : NULL;
 	ev->nextra_keys = r->nextra;

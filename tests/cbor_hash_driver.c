@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "hexarg.h"
 #include "kvpool.h"
 
 #define MAXTOK 4096
@@ -42,29 +43,15 @@ static char *next(char **p)
 	return t;
 }
 
-/* Decodes hex text into buf (NUL-terminated); "-" gives NULL. */
+/* A string argument (see hexarg.h); dies if malformed. */
 static char *unhex(const char *h, char *buf, size_t *len)
 {
-	size_t n;
+	int bad = 0;
+	char *r = hexarg_str(h, buf, MAXSTR, len, &bad);
 
-	if (strcmp(h, "-") == 0)
-		return NULL;
-	if (*h++ != 'x')
+	if (bad)
 		die();
-	n = strlen(h);
-	if (n % 2 || n / 2 >= MAXSTR)
-		die();
-	for (size_t i = 0; i < n / 2; i++) {
-		unsigned v;
-
-		if (sscanf(h + 2 * i, "%2x", &v) != 1)
-			die();
-		buf[i] = (char)v;
-	}
-	buf[n / 2] = '\0';
-	if (len)
-		*len = n / 2;
-	return buf;
+	return r;
 }
 
 static void print_hash(const struct kvp_hash *h)
@@ -105,15 +92,8 @@ int main(void)
 			char *ph = next(&p);
 			uint32_t n, nk;
 
-			if (strlen(ph) != 64)
+			if (hexarg_bytes(ph, parent.b, 32) != 0)
 				die();
-			for (int i = 0; i < 32; i++) {
-				unsigned v;
-
-				if (sscanf(ph + 2 * i, "%2x", &v) != 1)
-					die();
-				parent.b[i] = (uint8_t)v;
-			}
 			n = read_tokens(&p);
 			nk = (uint32_t)strtoul(next(&p), NULL, 10);
 			if (nk > MAXKEYS)

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "hexarg.h"
 #include "kvpool-events.h"
 
 #define MAXEV 64
@@ -60,22 +61,12 @@ static unsigned long num(void)
 
 static char *str(char *buf)
 {
-	const char *w = word();
-	size_t n;
+	int bad = 0;
+	char *r = hexarg_str(word(), buf, MAXSTR, NULL, &bad);
 
-	if (strcmp(w, "-") == 0)
-		return NULL;
-	if (*w++ != 'x' || (n = strlen(w)) % 2 || n / 2 >= MAXSTR)
+	if (bad)
 		die();
-	for (size_t i = 0; i < n / 2; i++) {
-		unsigned v;
-
-		if (sscanf(w + 2 * i, "%2x", &v) != 1)
-			die();
-		buf[i] = (char)v;
-	}
-	buf[n / 2] = '\0';
-	return buf;
+	return r;
 }
 
 static int hash(struct kvp_hash *h)
@@ -84,15 +75,8 @@ static int hash(struct kvp_hash *h)
 
 	if (strcmp(w, "-") == 0)
 		return 0;
-	if (strlen(w) != 64)
+	if (hexarg_bytes(w, h->b, 32) != 0)
 		die();
-	for (int i = 0; i < 32; i++) {
-		unsigned v;
-
-		if (sscanf(w + 2 * i, "%2x", &v) != 1)
-			die();
-		h->b[i] = (uint8_t)v;
-	}
 	return 1;
 }
 

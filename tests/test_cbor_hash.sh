@@ -5,9 +5,7 @@
 # Python only feeds it and compares.
 b=${top_builddir:-.}
 s=${top_srcdir:-.}
-# The configured Python, or Debian's when only that one has the modules.
-PY=${PYTHON:-python3}
-"$PY" -c "import cbor2" 2>/dev/null || ! /usr/bin/python3 -c "import cbor2" \
-	2>/dev/null || PY=/usr/bin/python3
+. "$s/tests/python_with.sh"
+PY=$(python_with cbor2)
 exec "$PY" "$s/tests/test_cbor_hash.py" \
 	"$b/tests/cbor_hash_driver" 12000

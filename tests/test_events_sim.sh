@@ -10,10 +10,8 @@
 # python3-zmq / python3-msgpack.
 b=${top_builddir:-.}
 s=${top_srcdir:-.}
-# The configured Python, or Debian's when only that one has the modules.
-PY=${PYTHON:-python3}
-"$PY" -c "import zmq, msgpack" 2>/dev/null || ! /usr/bin/python3 -c "import zmq, msgpack" \
-	2>/dev/null || PY=/usr/bin/python3
+. "$s/tests/python_with.sh"
+PY=$(python_with zmq,msgpack)
 "$PY" -c "import zmq, msgpack" 2>/dev/null || {
 	echo "SKIP: python3-zmq and python3-msgpack are needed"
 	exit 77
