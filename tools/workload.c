@@ -514,11 +514,12 @@ void wl_tokens(const struct workload *w, const struct wl_req *r,
 	uint32_t U = w->unit_tokens;
 
 	for (uint32_t p = from; p < to;) {
-		uint32_t end = (p / U + 1) * U < to ? (p / U + 1) * U : to;
-		uint32_t base = (uint32_t)(ids[p / U] * U);
+		uint32_t j = p / U, end = (j + 1) * U < to ? (j + 1) * U : to;
+		/* ids[j] * U + (p - j * U), counted up: no division per token. */
+		uint32_t v = (uint32_t)(ids[j] * U) + (p - j * U);
 
-		for (; p < end; p++)
-			out[p] = base + p % U;
+		while (p < end)
+			out[p++] = v++;
 	}
 }
 
