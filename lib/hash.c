@@ -241,10 +241,37 @@ static void cbor_tokens(struct hasher *h, const uint32_t *tokens, uint32_t n)
 	hasher_update(h, buf, len);
 }
 
-/* The process's NONE_HASH: from the seed, or 32 random bytes. */
-static pthread_mutex_t cbor_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct kvp_hash cbor_root; /* cbor_lock */
-static bool cbor_root_ok;	  /* cbor_lock */
+/*
+ * The process's NONE_HASH: from the seed, or 32 random bytes drawn at
+ * first use.  A sequence lock: writers (kvp_hash_set_cbor_seed, the first
+ * use) serialise on cbor_lock and make cbor_seq odd while they store the
+ * four words; a reader copies the words between two loads of an even,
+ * unchanged cbor_seq, so hashing takes no lock.
+ */
+static pthread_mutex_t cbor_lock = PTHREAD_MUTEX_INITIALIZER; /* writers */
+static _Atomic uint64_t cbor_seq;     /* odd: a writer is storing */
+static _Atomic uint64_t cbor_word[4]; /* the root; atomic (relaxed) */
+static _Atomic bool cbor_root_ok;     /* set once, under cbor_lock */
+
+/* Stores root (cbor_lock held). */
+static void cbor_root_store(const struct kvp_hash *root)
+{
+	uint64_t s = atomic_load_explicit(&cbor_seq, memory_order_relaxed);
+
+	atomic_store_explicit(&cbor_seq, s + 1, memory_order_relaxed);
+	/* Release fence: the odd seq before the words (pairs with the
+	 * reader's acquire fence after its copy). */
+	atomic_thread_fence(memory_order_release);
+	for (int i = 0; i < 4; i++) {
+		uint64_t w;
+
+		memcpy(&w, root->b + 8 * i, 8);
+		atomic_store_explicit(&cbor_word[i], w, memory_order_relaxed);
+	}
+	/* Release: the words before the even seq a reader acquires. */
+	atomic_store_explicit(&cbor_seq, s + 2, memory_order_release);
+	atomic_store_explicit(&cbor_root_ok, true, memory_order_release);
+}
 
 KVP_API int kvp_hash_cbor_seed_root(const char *seed, struct kvp_hash *out)
 {
@@ -266,8 +293,7 @@ KVP_API int kvp_hash_set_cbor_seed(const char *seed)
 	if (err)
 		return err;
 	kvp_check_pthread(pthread_mutex_lock(&cbor_lock));
-	cbor_root = root;
-	cbor_root_ok = true;
+	cbor_root_store(&root);
 	kvp_check_pthread(pthread_mutex_unlock(&cbor_lock));
 	return 0;
 }
@@ -276,27 +302,50 @@ static int cbor_get_root(struct kvp_hash *out)
 {
 	int err = 0;
 
-	kvp_check_pthread(pthread_mutex_lock(&cbor_lock));
-	if (!cbor_root_ok) {
-		size_t got = 0;
+	/* Acquire: a root stored before the flag. */
+	if (!atomic_load_explicit(&cbor_root_ok, memory_order_acquire)) {
+		kvp_check_pthread(pthread_mutex_lock(&cbor_lock));
+		if (!atomic_load_explicit(&cbor_root_ok,
+					  memory_order_relaxed)) {
+			struct kvp_hash r;
+			size_t got = 0;
 
-		while (got < sizeof(cbor_root.b)) {
-			ssize_t r = getrandom(cbor_root.b + got,
-					      sizeof(cbor_root.b) - got, 0);
+			while (got < sizeof(r.b)) {
+				ssize_t n = getrandom(r.b + got,
+						      sizeof(r.b) - got, 0);
 
-			if (r < 0 && errno == EINTR)
-				continue;
-			if (r < 0) {
-				err = -EIO;
-				break;
+				if (n < 0 && errno == EINTR)
+					continue;
+				if (n < 0) {
+					err = -EIO;
+					break;
+				}
+				got += (size_t)n;
 			}
-			got += (size_t)r;
+			if (!err)
+				cbor_root_store(&r);
 		}
-		cbor_root_ok = err == 0;
+		kvp_check_pthread(pthread_mutex_unlock(&cbor_lock));
+		if (err)
+			return err;
 	}
-	*out = cbor_root;
-	kvp_check_pthread(pthread_mutex_unlock(&cbor_lock));
-	return err;
+	for (;;) {
+		/* Acquire: the words the writer stored before this seq. */
+		uint64_t s1 = atomic_load_explicit(&cbor_seq,
+						   memory_order_acquire), s2;
+
+		for (int i = 0; i < 4; i++) {
+			uint64_t w = atomic_load_explicit(
+				&cbor_word[i], memory_order_relaxed);
+
+			memcpy(out->b + 8 * i, &w, 8);
+		}
+		/* Acquire fence: the copy before the second seq load. */
+		atomic_thread_fence(memory_order_acquire);
+		s2 = atomic_load_explicit(&cbor_seq, memory_order_relaxed);
+		if (s1 == s2 && !(s1 & 1))
+			return 0;
+	}
 }
 
 /* One block: SHA-256(CBOR [parent, tokens, extra keys or null]). */

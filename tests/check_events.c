@@ -5,6 +5,8 @@
  * themselves are checked against cbor2 by tests/test_cbor_hash.py; the
  * wire format by tests/test_events_encode.py.
  */
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 
 #include "check_common.h"
@@ -273,6 +275,44 @@ START_TEST(test_cbor_profile_chains_and_root)
 }
 END_TEST
 
+/* Hashing from the root while another thread changes the seed: every
+ * hash is the one of the old seed or of the new one, never a torn root. */
+static _Atomic int seed_flips_done;
+
+static void *flip_seeds(void *arg)
+{
+	(void)arg;
+	for (int i = 0; i < 2000; i++)
+		ck_assert_int_eq(kvp_hash_set_cbor_seed(i % 2 ? "b" : "a"), 0);
+	atomic_store(&seed_flips_done, 1);
+	return NULL;
+}
+
+START_TEST(test_seed_change_while_hashing)
+{
+	uint32_t tok[BT] = {1, 2, 3};
+	struct kvp_hash ra, rb, ha, hb, h;
+	pthread_t t;
+	unsigned n = 0;
+
+	ck_assert_int_eq(kvp_hash_cbor_seed_root("a", &ra), 0);
+	ck_assert_int_eq(kvp_hash_cbor_seed_root("b", &rb), 0);
+	ck_assert_int_eq(kvp_hash_cbor_block(&ra, tok, BT, NULL, 0, &ha), 0);
+	ck_assert_int_eq(kvp_hash_cbor_block(&rb, tok, BT, NULL, 0, &hb), 0);
+	ck_assert_int_eq(kvp_hash_set_cbor_seed("a"), 0);
+	ck_assert_int_eq(pthread_create(&t, NULL, flip_seeds, NULL), 0);
+	while (!atomic_load(&seed_flips_done) || n < 100) {
+		ck_assert_int_eq(kvp_hash_blocks(KVP_HASH_SHA256_CBOR, NULL,
+						 NULL, tok, BT, BT, &h),
+				 1);
+		ck_assert(memcmp(&h, &ha, sizeof(h)) == 0 ||
+			  memcmp(&h, &hb, sizeof(h)) == 0);
+		n++;
+	}
+	pthread_join(t, NULL);
+}
+END_TEST
+
 static Suite *events_suite(void)
 {
 	Suite *s = suite_create("events");
@@ -283,6 +323,7 @@ static Suite *events_suite(void)
 	tcase_add_test(tc, test_bad_args);
 	tcase_add_test(tc, test_hash_to_u64);
 	tcase_add_test(tc, test_cbor_profile_chains_and_root);
+	tcase_add_test(tc, test_seed_change_while_hashing);
 	suite_add_tcase(s, tc);
 	return s;
 }
