@@ -555,6 +555,9 @@ struct kvp_hash {
 enum kvp_hash_algo {
 	KVP_HASH_SHA256 = 0,   /* default: collision resistant */
 	KVP_HASH_XXH3_128 = 1, /* fast; keyed per process (or seeded) */
+	/* vLLM's sha256_cbor, bit for bit (kvp_hash_set_cbor_seed): a
+	 * kvpool node and a vLLM node agree on a prompt's block hashes. */
+	KVP_HASH_SHA256_CBOR = 2,
 };
 
 /* Extra keys of a request. */
@@ -592,6 +595,53 @@ KVP_API int kvp_hash_blocks(enum kvp_hash_algo algo,
  * Process-wide; call it before hashing starts.  Returns 0.
  */
 KVP_API int kvp_hash_set_xxh3_seed(uint64_t seed);
+
+/*
+ * KVP_HASH_SHA256_CBOR reproduces vLLM's prefix-cache hashes (vLLM >= 0.10
+ * with prefix_caching_hash_algo=sha256_cbor):
+ *
+ *   block hash = SHA-256(canonical CBOR of [parent hash (byte string),
+ *                token ids (array of unsigned ints), extra keys (array of
+ *                text strings) or null])
+ *
+ * with parent = NONE_HASH for the first block.  kvp_hash_blocks() passes
+ * as extra keys of each block vLLM's: the LoRA name (keys->lora), then,
+ * in the root block only, keys->salt as vLLM's cache_salt (its bytes are
+ * taken as the UTF-8 text of the salt); none gives null.
+ *
+ * NONE_HASH = SHA-256(canonical CBOR of the seed string): vLLM's value
+ * under PYTHONHASHSEED=seed.  kvp_hash_set_cbor_seed() sets it for the
+ * process (call it before hashing; every node of a cluster, vLLM ones
+ * included, uses the same seed); without it, kvp_hash_blocks() draws 32
+ * random bytes once per process, as vLLM does without PYTHONHASHSEED
+ * (-EIO if no randomness is available).  Errors: -EINVAL (NULL seed).
+ */
+KVP_API int kvp_hash_set_cbor_seed(const char *seed);
+
+/* NONE_HASH for a seed, without setting it: *out = SHA-256(CBOR(seed)).
+ * Errors: -EINVAL (NULL argument).  Pure; thread-safe. */
+KVP_API int kvp_hash_cbor_seed_root(const char *seed, struct kvp_hash *out);
+
+/*
+ * One KVP_HASH_SHA256_CBOR block with any extra keys (vLLM's LoRA name,
+ * multimodal hashes, cache salt, in vLLM's order): *out = SHA-256(CBOR
+ * [parent, tokens[0..ntokens), [extra_keys...] or null when nextra_keys
+ * is 0]).  Errors: -EINVAL (NULL parent or out, tokens NULL with ntokens
+ * > 0, extra_keys NULL with nextra_keys > 0, a NULL key, more than 64
+ * keys).  Pure; thread-safe.
+ */
+KVP_API int kvp_hash_cbor_block(const struct kvp_hash *parent,
+				const uint32_t *tokens, uint32_t ntokens,
+				const char *const *extra_keys,
+				uint32_t nextra_keys, struct kvp_hash *out);
+
+/*
+ * The 64-bit form of a hash that vLLM puts in its KV events when
+ * VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES is set, and that llm-d and Dynamo
+ * index by: int.from_bytes(hash, "big") & (2**64 - 1), i.e. the last 8
+ * bytes (b[24..31]) read big-endian.  0 for NULL.
+ */
+KVP_API uint64_t kvp_hash_to_u64(const struct kvp_hash *h);
 
 /* ------------------------------------------------------------------ */
 /* Prefix cache (managers created with KVP_PREFIX_CACHE)               */
@@ -755,9 +805,71 @@ struct kvp_event {
 	const struct kvp_hash *parent;
 	uint32_t block_tokens; /* STORED: tokens per block */
 	uint32_t num_tokens;   /* STORED: tokens stored, nhashes x block_tokens */
+	/* Fields below were added after the ones above (keep the order). */
+	/* The manager's event number: 0, 1, 2, ... per manager, one per
+	 * callback call (an event is one batch of hashes), in the order the
+	 * callback is called (see kvp_manager_set_event_cb). */
+	uint64_t seq;
+	/* STORED: the tokens of the stored blocks, num_tokens of them, when
+	 * the commit gave them (kvp_seq_commit_ex); else NULL. */
+	const uint32_t *token_ids;
+	/* STORED: the commit's LoRA adapter name and id (NULL / -1: none). */
+	const char *lora_name;
+	int64_t lora_id;
+	/* STORED: extra keys hashed into every block of the event (vLLM's
+	 * extra_keys; the LoRA name is one where the hash profile says so),
+	 * nextra_keys strings; NULL / 0 when none. */
+	const char *const *extra_keys;
+	uint32_t nextra_keys;
+	/* Where the blocks live ("GPU", "CPU", ...): the manager's medium
+	 * (kvp_manager_set_event_medium), NULL if unset. */
+	const char *medium;
+	/* STORED: the retention priority the commit gave the blocks (one
+	 * event per run of one priority; KVP_RETAIN_DEFAULT without
+	 * retention); 0 for other events. */
+	uint32_t priority;
 };
 
 typedef void (*kvp_event_cb)(const struct kvp_event *ev, void *arg);
+
+/* What a commit tells the event callback about its blocks. */
+struct kvp_commit_info {
+	/* The sequence's tokens from position 0 (at least as many as the
+	 * committed blocks cover), or NULL. */
+	const uint32_t *tokens;
+	uint32_t ntokens;
+	const char *lora_name;	      /* NULL = none */
+	int64_t lora_id;	      /* -1 = none */
+	const char *const *extra_keys; /* NULL = none */
+	uint32_t nextra_keys;
+	/* Retention of the blocks committed (as kvp_seq_commit_retained,
+	 * whose pins the cap refused are not reported here); NULL / 0: the
+	 * default priority. */
+	const struct kvp_retention *ranges;
+	uint32_t nranges;
+};
+
+/*
+ * kvp_seq_commit, and the STORED events it causes carry info's tokens
+ * (those of the blocks stored), LoRA name and id and extra keys (all for
+ * the duration of the callback); info's retention ranges apply as in
+ * kvp_seq_commit_retained.  info NULL is kvp_seq_commit.  Errors: those
+ * of kvp_seq_commit, and -EINVAL (info->tokens NULL with ntokens > 0,
+ * extra_keys NULL with nextra_keys > 0, ranges NULL with nranges > 0, a
+ * priority above KVP_RETAIN_PIN, tokens given but fewer than the blocks
+ * to commit cover: nothing is committed).
+ */
+KVP_API int kvp_seq_commit_ex(struct kvp_manager *m, uint64_t seq,
+			      const struct kvp_hash *hashes, uint32_t nhashes,
+			      const struct kvp_commit_info *info);
+
+/*
+ * The medium every event of the manager names ("GPU", "CPU", "DISK"; at
+ * most 15 bytes, copied); NULL clears it.  Set it before other threads
+ * use the manager.  Errors: -EINVAL (NULL m, too long).
+ */
+KVP_API int kvp_manager_set_event_medium(struct kvp_manager *m,
+					 const char *medium);
 
 /*
  * Sets (cb NULL: clears) the manager's event callback.  It is called
@@ -768,7 +880,11 @@ typedef void (*kvp_event_cb)(const struct kvp_event *ev, void *arg);
  * before it can be evicted, and a hash is stored again only after its
  * removal was reported; a reset waits for no eviction but fails with
  * -EBUSY while one of its blocks is being evicted, so no REMOVED follows
- * a CLEARED for a block stored before it).  The event's arrays live for
+ * a CLEARED for a block stored before it).  Every event of a manager is
+ * delivered under the manager's event lock, so the calls of one manager
+ * never overlap and ev->seq numbers them in delivery order: per hash,
+ * STORED has a lower seq than the REMOVED that follows it, and CLEARED a
+ * higher seq than every event before it.  The event's arrays live for
  * the call only.
  * The callback must not call kvpool functions on the pool.  Set it before
  * other threads use the manager.  Errors: -EINVAL (NULL m).

@@ -18,11 +18,25 @@
  * SHA extensions where present.  XXH3-128 comes from libxxhash, keyed with
  * a per-process random secret (unguessable hashes: CVE-2025-25183) unless
  * kvp_hash_set_xxh3_seed() set a seed shared by a cluster.
+ *
+ * KVP_HASH_SHA256_CBOR is vLLM's sha256_cbor profile, bit for bit:
+ * h[i] = SHA-256(canonical CBOR of the array [h[i-1] as a byte string,
+ * the tokens as an array of unsigned integers, the extra keys as an array
+ * of text strings or null]), and the root parent is vLLM's NONE_HASH,
+ * SHA-256(canonical CBOR of the seed as a text string): what vLLM computes
+ * under PYTHONHASHSEED=seed (kvp_hash_set_cbor_seed; without a seed, 32
+ * random bytes drawn once per process, as vLLM uses os.urandom).  The
+ * extra keys of block i are vLLM's: the LoRA name, then (root block only)
+ * the salt, vLLM's cache_salt.  The writer below emits the few CBOR types
+ * this needs in canonical (shortest) form straight into SHA-256; canonical
+ * CBOR of these types is unique, so cbor2.dumps(obj, canonical=True)
+ * produces the same bytes (tests/test_cbor_hash.py checks it).
  */
 #define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
 #include <errno.h>
 #include <nettle/sha2.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdatomic.h>
 #include <string.h>
 #include <sys/random.h>
@@ -86,7 +100,7 @@ KVP_API int kvp_hash_set_xxh3_seed(uint64_t seed)
 static int hasher_start(struct hasher *h, enum kvp_hash_algo algo)
 {
 	h->algo = algo;
-	if (algo == KVP_HASH_SHA256) {
+	if (algo != KVP_HASH_XXH3_128) {
 		sha256_init(&h->u.sha);
 		return 0;
 	}
@@ -109,7 +123,7 @@ static int hasher_start(struct hasher *h, enum kvp_hash_algo algo)
 
 static void hasher_update(struct hasher *h, const void *p, size_t n)
 {
-	if (h->algo == KVP_HASH_SHA256)
+	if (h->algo != KVP_HASH_XXH3_128)
 		sha256_update(&h->u.sha, n, p);
 	else
 		XXH3_128bits_update(&h->u.xxh, p, n);
@@ -118,7 +132,7 @@ static void hasher_update(struct hasher *h, const void *p, size_t n)
 static void hasher_finish(struct hasher *h, struct kvp_hash *out)
 {
 	memset(out, 0, sizeof(*out));
-	if (h->algo == KVP_HASH_SHA256) {
+	if (h->algo != KVP_HASH_XXH3_128) {
 		sha256_digest(&h->u.sha, SHA256_DIGEST_SIZE, out->b);
 	} else {
 		XXH128_canonical_t c;
@@ -168,6 +182,267 @@ static void put_tokens(struct hasher *h, const uint32_t *tokens, uint32_t n)
 	}
 }
 
+/* ---- KVP_HASH_SHA256_CBOR: vLLM's sha256_cbor ---- */
+
+enum cbor_major {
+	CBOR_UINT = 0,
+	CBOR_BYTES = 2,
+	CBOR_TEXT = 3,
+	CBOR_ARRAY = 4,
+};
+
+#define CBOR_NULL 0xf6
+
+/* A CBOR head in its shortest form (canonical CBOR, RFC 8949 4.2.1). */
+static size_t cbor_head(unsigned char *p, enum cbor_major major, uint64_t v)
+{
+	unsigned char m = (unsigned char)(major << 5);
+	int n;
+
+	if (v < 24) {
+		p[0] = m | (unsigned char)v;
+		return 1;
+	}
+	if (v <= 0xff)
+		n = 1, p[0] = m | 24;
+	else if (v <= 0xffff)
+		n = 2, p[0] = m | 25;
+	else if (v <= 0xffffffffu)
+		n = 4, p[0] = m | 26;
+	else
+		n = 8, p[0] = m | 27;
+	for (int i = 0; i < n; i++)
+		p[1 + i] = (unsigned char)(v >> (8 * (n - 1 - i)));
+	return 1 + (size_t)n;
+}
+
+static void cbor_put(struct hasher *h, enum cbor_major major, const void *p,
+		     uint64_t n)
+{
+	unsigned char head[9];
+
+	hasher_update(h, head, cbor_head(head, major, n));
+	if (n)
+		hasher_update(h, p, n);
+}
+
+static void cbor_tokens(struct hasher *h, const uint32_t *tokens, uint32_t n)
+{
+	unsigned char buf[5 * 64 + 9];
+	size_t len = cbor_head(buf, CBOR_ARRAY, n);
+
+	for (uint32_t i = 0; i < n; i++) {
+		if (len > sizeof(buf) - 5) {
+			hasher_update(h, buf, len);
+			len = 0;
+		}
+		len += cbor_head(buf + len, CBOR_UINT, tokens[i]);
+	}
+	hasher_update(h, buf, len);
+}
+
+/*
+ * The process's NONE_HASH: from the seed, or 32 random bytes drawn at
+ * first use.  A sequence lock: writers (kvp_hash_set_cbor_seed, the first
+ * use) serialise on cbor_lock and make cbor_seq odd while they store the
+ * four words; a reader copies the words between two loads of an even,
+ * unchanged cbor_seq, so hashing takes no lock.
+ */
+static pthread_mutex_t cbor_lock = PTHREAD_MUTEX_INITIALIZER; /* writers */
+static _Atomic uint64_t cbor_seq;     /* odd: a writer is storing */
+static _Atomic uint64_t cbor_word[4]; /* the root; atomic (relaxed) */
+static _Atomic bool cbor_root_ok;     /* set once, under cbor_lock */
+
+/* Stores root (cbor_lock held). */
+static void cbor_root_store(const struct kvp_hash *root)
+{
+	uint64_t s = atomic_load_explicit(&cbor_seq, memory_order_relaxed);
+
+	atomic_store_explicit(&cbor_seq, s + 1, memory_order_relaxed);
+	/* Release fence: the odd seq before the words (pairs with the
+	 * reader's acquire fence after its copy). */
+	atomic_thread_fence(memory_order_release);
+	for (int i = 0; i < 4; i++) {
+		uint64_t w;
+
+		memcpy(&w, root->b + 8 * i, 8);
+		atomic_store_explicit(&cbor_word[i], w, memory_order_relaxed);
+	}
+	/* Release: the words before the even seq a reader acquires. */
+	atomic_store_explicit(&cbor_seq, s + 2, memory_order_release);
+	atomic_store_explicit(&cbor_root_ok, true, memory_order_release);
+}
+
+KVP_API int kvp_hash_cbor_seed_root(const char *seed, struct kvp_hash *out)
+{
+	struct hasher h;
+
+	if (!seed || !out)
+		return -EINVAL;
+	(void)hasher_start(&h, KVP_HASH_SHA256_CBOR);
+	cbor_put(&h, CBOR_TEXT, seed, strlen(seed));
+	hasher_finish(&h, out);
+	return 0;
+}
+
+KVP_API int kvp_hash_set_cbor_seed(const char *seed)
+{
+	struct kvp_hash root;
+	int err = kvp_hash_cbor_seed_root(seed, &root);
+
+	if (err)
+		return err;
+	kvp_check_pthread(pthread_mutex_lock(&cbor_lock));
+	cbor_root_store(&root);
+	kvp_check_pthread(pthread_mutex_unlock(&cbor_lock));
+	return 0;
+}
+
+static int cbor_get_root(struct kvp_hash *out)
+{
+	int err = 0;
+
+	/* Acquire: a root stored before the flag. */
+	if (!atomic_load_explicit(&cbor_root_ok, memory_order_acquire)) {
+		kvp_check_pthread(pthread_mutex_lock(&cbor_lock));
+		if (!atomic_load_explicit(&cbor_root_ok,
+					  memory_order_relaxed)) {
+			struct kvp_hash r;
+			size_t got = 0;
+
+			while (got < sizeof(r.b)) {
+				ssize_t n = getrandom(r.b + got,
+						      sizeof(r.b) - got, 0);
+
+				if (n < 0 && errno == EINTR)
+					continue;
+				if (n < 0) {
+					err = -EIO;
+					break;
+				}
+				got += (size_t)n;
+			}
+			if (!err)
+				cbor_root_store(&r);
+		}
+		kvp_check_pthread(pthread_mutex_unlock(&cbor_lock));
+		if (err)
+			return err;
+	}
+	for (;;) {
+		/* Acquire: the words the writer stored before this seq. */
+		uint64_t s1 = atomic_load_explicit(&cbor_seq,
+						   memory_order_acquire), s2;
+
+		for (int i = 0; i < 4; i++) {
+			uint64_t w = atomic_load_explicit(
+				&cbor_word[i], memory_order_relaxed);
+
+			memcpy(out->b + 8 * i, &w, 8);
+		}
+		/* Acquire fence: the copy before the second seq load. */
+		atomic_thread_fence(memory_order_acquire);
+		s2 = atomic_load_explicit(&cbor_seq, memory_order_relaxed);
+		if (s1 == s2 && !(s1 & 1))
+			return 0;
+	}
+}
+
+/* One block: SHA-256(CBOR [parent, tokens, extra keys or null]). */
+static void cbor_block(const struct kvp_hash *parent, const uint32_t *tokens,
+		       uint32_t ntokens, const char *const *extra,
+		       const size_t *lens, uint32_t nextra,
+		       struct kvp_hash *out)
+{
+	struct hasher h;
+	unsigned char head[9];
+
+	(void)hasher_start(&h, KVP_HASH_SHA256_CBOR);
+	hasher_update(&h, head, cbor_head(head, CBOR_ARRAY, 3));
+	cbor_put(&h, CBOR_BYTES, parent->b, sizeof(parent->b));
+	cbor_tokens(&h, tokens, ntokens);
+	if (nextra) {
+		hasher_update(&h, head, cbor_head(head, CBOR_ARRAY, nextra));
+		for (uint32_t k = 0; k < nextra; k++)
+			cbor_put(&h, CBOR_TEXT, extra[k], lens[k]);
+	} else {
+		head[0] = CBOR_NULL;
+		hasher_update(&h, head, 1);
+	}
+	hasher_finish(&h, out);
+}
+
+#define KVP_CBOR_MAX_EXTRA 64
+
+KVP_API int kvp_hash_cbor_block(const struct kvp_hash *parent,
+				const uint32_t *tokens, uint32_t ntokens,
+				const char *const *extra_keys,
+				uint32_t nextra_keys, struct kvp_hash *out)
+{
+	size_t lens[KVP_CBOR_MAX_EXTRA];
+
+	if (!parent || (!tokens && ntokens) || (!extra_keys && nextra_keys) ||
+	    nextra_keys > KVP_CBOR_MAX_EXTRA || !out)
+		return -EINVAL;
+	for (uint32_t k = 0; k < nextra_keys; k++) {
+		if (!extra_keys[k])
+			return -EINVAL;
+		lens[k] = strlen(extra_keys[k]);
+	}
+	cbor_block(parent, tokens, ntokens, extra_keys, lens, nextra_keys, out);
+	return 0;
+}
+
+/* kvp_hash_blocks for KVP_HASH_SHA256_CBOR (arguments checked). */
+static int cbor_blocks(const struct kvp_hash *parent,
+		       const struct kvp_hash_keys *keys, const uint32_t *tokens,
+		       uint32_t nblocks, uint32_t block_tokens,
+		       struct kvp_hash *out)
+{
+	const bool lora = keys && keys->lora && keys->lora[0];
+	struct kvp_hash root;
+	const struct kvp_hash *prev = parent;
+	const char *extra[2];
+	size_t lens[2];
+	int err;
+
+	if (!nblocks)
+		return 0;
+	if (!prev) {
+		err = cbor_get_root(&root);
+		if (err)
+			return err;
+		prev = &root;
+	}
+	for (uint32_t i = 0; i < nblocks; i++) {
+		uint32_t n = 0;
+
+		if (lora) {
+			extra[n] = keys->lora;
+			lens[n++] = strlen(keys->lora);
+		}
+		if (i == 0 && !parent && keys && keys->salt_len) {
+			extra[n] = keys->salt;
+			lens[n++] = keys->salt_len;
+		}
+		cbor_block(prev, tokens + (size_t)i * block_tokens,
+			   block_tokens, extra, lens, n, &out[i]);
+		prev = &out[i];
+	}
+	return (int)nblocks;
+}
+
+KVP_API uint64_t kvp_hash_to_u64(const struct kvp_hash *h)
+{
+	uint64_t v = 0;
+
+	if (!h)
+		return 0;
+	for (int i = 24; i < 32; i++)
+		v = v << 8 | h->b[i];
+	return v;
+}
+
 KVP_API int kvp_hash_blocks(enum kvp_hash_algo algo,
 			    const struct kvp_hash *parent,
 			    const struct kvp_hash_keys *keys,
@@ -179,7 +454,8 @@ KVP_API int kvp_hash_blocks(enum kvp_hash_algo algo,
 	uint32_t nblocks;
 	int err;
 
-	if (algo != KVP_HASH_SHA256 && algo != KVP_HASH_XXH3_128)
+	if (algo != KVP_HASH_SHA256 && algo != KVP_HASH_XXH3_128 &&
+	    algo != KVP_HASH_SHA256_CBOR)
 		return -EINVAL;
 	if (block_tokens == 0 || (!tokens && ntokens))
 		return -EINVAL;
@@ -188,6 +464,9 @@ KVP_API int kvp_hash_blocks(enum kvp_hash_algo algo,
 	nblocks = ntokens / block_tokens;
 	if (nblocks > INT32_MAX || (nblocks && !out))
 		return -EINVAL;
+	if (algo == KVP_HASH_SHA256_CBOR)
+		return cbor_blocks(parent, keys, tokens, nblocks, block_tokens,
+				   out);
 	hash_len = algo == KVP_HASH_SHA256 ? 32 : 16;
 
 	for (uint32_t i = 0; i < nblocks; i++) {

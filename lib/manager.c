@@ -941,25 +941,60 @@ static uint64_t block_retention(struct kvp_manager *m, uint32_t i,
 	return prefix_retain_word(&m->prefix, prio, duration);
 }
 
-/* kvp_seq_commit and kvp_seq_commit_retained. */
+/* Retention ranges a commit may take: 0 or -EINVAL. */
+static int check_ranges(const struct kvp_retention *ranges, uint32_t nranges)
+{
+	if (!ranges && nranges)
+		return -EINVAL;
+	for (uint32_t r = 0; r < nranges; r++)
+		if (ranges[r].priority > KVP_RETAIN_PIN)
+			return -EINVAL;
+	return 0;
+}
+
+/* One STORED event for blocks [first, end) of a commit, all of retention
+ * priority prio. */
+static void commit_emit(struct kvp_manager *m, const struct kvp_hash *hashes,
+			uint32_t first, uint32_t end,
+			const struct kvp_commit_info *info, uint32_t prio)
+{
+	struct kvp_event ev;
+
+	memset(&ev, 0, sizeof(ev));
+	ev.type = KVP_EVENT_STORED;
+	ev.hashes = hashes + first;
+	ev.nhashes = end - first;
+	ev.parent = first ? &hashes[first - 1] : NULL;
+	ev.lora_id = -1;
+	ev.priority = prio;
+	if (info) {
+		if (info->tokens)
+			ev.token_ids = info->tokens +
+				       (size_t)first * m->block_tokens;
+		ev.lora_name = info->lora_name;
+		ev.lora_id = info->lora_id;
+		ev.extra_keys = info->nextra_keys ? info->extra_keys : NULL;
+		ev.nextra_keys = info->nextra_keys;
+	}
+	prefix_emit_event(&m->prefix, &ev);
+}
+
+/*
+ * kvp_seq_commit and its forms (arguments checked): info for the events
+ * (or NULL), retention ranges (nranges 0: none), pins the cap refused
+ * into *unpinned (or NULL).
+ */
 static int seq_commit(struct kvp_manager *m, uint64_t id,
 		      const struct kvp_hash *hashes, uint32_t nhashes,
+		      const struct kvp_commit_info *info,
 		      const struct kvp_retention *ranges, uint32_t nranges,
 		      uint32_t *unpinned)
 {
 	uint64_t keys[KVP_COMMIT_AHEAD]; /* of blocks [i, i + AHEAD) */
 	struct kvp_seq *s;
-	uint32_t upto, run = 0, i, refused = 0;
+	uint32_t upto, run = 0, i, refused = 0, run_prio = KVP_RETAIN_DEFAULT;
 	int err = 0, added = 0;
 
-	if (unpinned)
-		*unpinned = 0;
-	if (!m || (!hashes && nhashes) || !(m->flags & KVP_PREFIX_CACHE) ||
-	    (!ranges && nranges))
-		return -EINVAL;
-	for (uint32_t r = 0; r < nranges; r++)
-		if (ranges[r].priority > KVP_RETAIN_PIN)
-			return -EINVAL;
 	s = seq_acquire(m, id);
 	if (!s)
 		return -ENOENT;
@@ -970,6 +1005,11 @@ static int seq_commit(struct kvp_manager *m, uint64_t id,
 	upto = seq_tokens(s) / m->block_tokens; /* full blocks */
 	if (upto > nhashes)
 		upto = nhashes;
+	if (info && info->tokens &&
+	    (uint64_t)upto * m->block_tokens > info->ntokens) {
+		seq_unlock(s);
+		return -EINVAL;
+	}
 	prefix_store_begin(&m->prefix);
 	/* Blocks committed before (hits, a fork sibling's) keep their
 	 * priority unless this commit raises it. */
@@ -981,22 +1021,31 @@ static int seq_commit(struct kvp_manager *m, uint64_t id,
 		keys[i % KVP_COMMIT_AHEAD] =
 			prefix_store_prepare(&m->prefix, s->blocks[i], &hashes[i]);
 	/* Blocks [run, i) were stored by this call: one STORED event per
-	 * contiguous run, emitted while we hold the blocks (so before any
-	 * can be evicted and reported removed). */
+	 * contiguous run of one priority, emitted while we hold the blocks
+	 * (so before any can be evicted and reported removed). */
 	for (i = run = s->committed; i < upto; i++) {
-		uint64_t key = keys[i % KVP_COMMIT_AHEAD];
+		uint64_t key = keys[i % KVP_COMMIT_AHEAD], retain = 0;
 		uint32_t ahead = i + KVP_COMMIT_AHEAD;
 		int r;
 
 		if (ahead < upto)
 			keys[ahead % KVP_COMMIT_AHEAD] = prefix_store_prepare(
 				&m->prefix, s->blocks[ahead], &hashes[ahead]);
-		uint64_t retain =
-			nranges ? block_retention(m, i, ranges, nranges) : 0;
-
+		if (nranges)
+			retain = block_retention(m, i, ranges, nranges);
 		r = prefix_store(&m->prefix, s->blocks[i], &hashes[i], key,
 				 retain, &refused);
 		if (r == 1) {
+			/* The priority stored (a pin past the cap is not). */
+			uint32_t p = retain ? prefix_priority(&m->prefix,
+							      s->blocks[i])
+					    : KVP_RETAIN_DEFAULT;
+
+			if (i > run && p != run_prio) {
+				commit_emit(m, hashes, run, i, info, run_prio);
+				run = i;
+			}
+			run_prio = p;
 			added++;
 			continue;
 		}
@@ -1004,8 +1053,7 @@ static int seq_commit(struct kvp_manager *m, uint64_t id,
 			prefix_raise(&m->prefix, s->blocks[i], retain,
 				     &refused);
 		if (i > run)
-			prefix_emit(&m->prefix, KVP_EVENT_STORED, hashes + run, i - run,
-				    run ? &hashes[run - 1] : NULL);
+			commit_emit(m, hashes, run, i, info, run_prio);
 		run = i + 1;
 		if (r < 0) {
 			err = r;
@@ -1013,8 +1061,7 @@ static int seq_commit(struct kvp_manager *m, uint64_t id,
 		}
 	}
 	if (!err && i > run)
-		prefix_emit(&m->prefix, KVP_EVENT_STORED, hashes + run, i - run,
-			    run ? &hashes[run - 1] : NULL);
+		commit_emit(m, hashes, run, i, info, run_prio);
 	prefix_store_end(&m->prefix);
 	if (s->committed < i)
 		s->committed = err ? i : upto;
@@ -1030,7 +1077,9 @@ static int seq_commit(struct kvp_manager *m, uint64_t id,
 KVP_API int kvp_seq_commit(struct kvp_manager *m, uint64_t id,
 			   const struct kvp_hash *hashes, uint32_t nhashes)
 {
-	return seq_commit(m, id, hashes, nhashes, NULL, 0, NULL);
+	if (!m || (!hashes && nhashes) || !(m->flags & KVP_PREFIX_CACHE))
+		return -EINVAL;
+	return seq_commit(m, id, hashes, nhashes, NULL, NULL, 0, NULL);
 }
 
 KVP_API int kvp_seq_commit_retained(struct kvp_manager *m, uint64_t id,
@@ -1039,7 +1088,28 @@ KVP_API int kvp_seq_commit_retained(struct kvp_manager *m, uint64_t id,
 				    const struct kvp_retention *ranges,
 				    uint32_t nranges, uint32_t *unpinned)
 {
-	return seq_commit(m, id, hashes, nhashes, ranges, nranges, unpinned);
+	if (unpinned)
+		*unpinned = 0;
+	if (!m || (!hashes && nhashes) || !(m->flags & KVP_PREFIX_CACHE) ||
+	    check_ranges(ranges, nranges))
+		return -EINVAL;
+	return seq_commit(m, id, hashes, nhashes, NULL, ranges, nranges,
+			  unpinned);
+}
+
+KVP_API int kvp_seq_commit_ex(struct kvp_manager *m, uint64_t id,
+			      const struct kvp_hash *hashes, uint32_t nhashes,
+			      const struct kvp_commit_info *info)
+{
+	if (!m || (!hashes && nhashes) || !(m->flags & KVP_PREFIX_CACHE))
+		return -EINVAL;
+	if (info && ((!info->tokens && info->ntokens) ||
+		     (!info->extra_keys && info->nextra_keys) ||
+		     check_ranges(info->ranges, info->nranges)))
+		return -EINVAL;
+	return seq_commit(m, id, hashes, nhashes, info,
+			  info ? info->ranges : NULL, info ? info->nranges : 0,
+			  NULL);
 }
 
 KVP_API int kvp_manager_tick(struct kvp_manager *m, uint64_t steps,
@@ -1086,6 +1156,14 @@ KVP_API int kvp_manager_set_event_cb(struct kvp_manager *m, kvp_event_cb cb,
 		return -EINVAL;
 	prefix_set_event_sink(&m->prefix, cb, arg);
 	return 0;
+}
+
+KVP_API int kvp_manager_set_event_medium(struct kvp_manager *m,
+					 const char *medium)
+{
+	if (!m)
+		return -EINVAL;
+	return prefix_set_event_medium(&m->prefix, medium);
 }
 
 /*

@@ -1500,6 +1500,13 @@ uint64_t prefix_retain_word(struct prefix_cache *pc, uint32_t prio,
 	return retain_make(prio, duration < left ? now + duration : 0);
 }
 
+uint32_t prefix_priority(struct prefix_cache *pc, uint32_t b)
+{
+	/* Relaxed: under the store lock, b held: only we write it. */
+	return retain_prio(atomic_load_explicit(
+		&pool_prefix(pc->pool)->blk[b].retain, memory_order_relaxed));
+}
+
 void prefix_raise(struct prefix_cache *pc, uint32_t b, uint64_t want,
 		  uint32_t *unpinned)
 {
@@ -1788,6 +1795,31 @@ int prefix_clear(struct prefix_cache *pc, bool force)
 	return 0;
 }
 
+int prefix_set_event_medium(struct prefix_cache *pc, const char *medium)
+{
+	size_t n = medium ? strlen(medium) : 0;
+
+	if (n >= sizeof(pc->event_medium))
+		return -EINVAL;
+	memset(pc->event_medium, 0, sizeof(pc->event_medium));
+	memcpy(pc->event_medium, medium ? medium : "", n);
+	return 0;
+}
+
+void prefix_emit_event(struct prefix_cache *pc, struct kvp_event *ev)
+{
+	if (!pc->event_cb)
+		return;
+	if (ev->type == KVP_EVENT_STORED) {
+		ev->block_tokens = pc->block_tokens;
+		ev->num_tokens = ev->nhashes * pc->block_tokens;
+	}
+	/* The event lock is held: seq numbers the calls in order. */
+	ev->seq = pc->event_seq++;
+	ev->medium = pc->event_medium[0] ? pc->event_medium : NULL;
+	pc->event_cb(ev, pc->event_arg);
+}
+
 void prefix_emit(struct prefix_cache *pc, enum kvp_event_type type,
 		 const struct kvp_hash *hashes, uint32_t n,
 		 const struct kvp_hash *parent)
@@ -1801,11 +1833,8 @@ void prefix_emit(struct prefix_cache *pc, enum kvp_event_type type,
 	ev.hashes = hashes;
 	ev.nhashes = n;
 	ev.parent = parent;
-	if (type == KVP_EVENT_STORED) {
-		ev.block_tokens = pc->block_tokens;
-		ev.num_tokens = n * pc->block_tokens;
-	}
-	pc->event_cb(&ev, pc->event_arg);
+	ev.lora_id = -1;
+	prefix_emit_event(pc, &ev);
 }
 
 #define mgr_check_fail(...)                                                  \

@@ -52,6 +52,8 @@ struct prefix_cache {
 	pthread_mutex_t event_lock; /* see prefix.c */
 	kvp_event_cb event_cb;	    /* set before concurrent use */
 	void *event_arg;
+	uint64_t event_seq;	    /* the next event's seq; event_lock */
+	char event_medium[16];	    /* set before concurrent use; "" none */
 	/* Cached blocks of this manager, and those evictions took.
 	 * Synchronization: written under store_lock, read relaxed. */
 	kvp_cacheline_aligned _Atomic uint64_t cached;
@@ -128,6 +130,9 @@ int prefix_store(struct prefix_cache *pc, uint32_t b, const struct kvp_hash *h,
  */
 uint64_t prefix_retain_word(struct prefix_cache *pc, uint32_t prio,
 			    uint64_t duration);
+/* The priority of block b's retention word (the caller holds b, cached
+ * by pc; store lock). */
+uint32_t prefix_priority(struct prefix_cache *pc, uint32_t b);
 void prefix_raise(struct prefix_cache *pc, uint32_t b, uint64_t want,
 		  uint32_t *unpinned);
 /* Advances pc's retention clock by steps (-ERANGE past 2^56 - 1,
@@ -152,10 +157,16 @@ int prefix_clear(struct prefix_cache *pc, bool force);
 void prefix_events_begin(struct prefix_cache *pc);
 void prefix_events_end(struct prefix_cache *pc);
 
-/* Emits an event to pc's callback, if any. */
+/* Emits an event to pc's callback, if any (under pc's event lock). */
 void prefix_emit(struct prefix_cache *pc, enum kvp_event_type type,
 		 const struct kvp_hash *hashes, uint32_t n,
 		 const struct kvp_hash *parent);
+/* The same for an event the caller filled (type, hashes, parent and the
+ * STORED fields); this sets its seq, medium and token counts. */
+void prefix_emit_event(struct prefix_cache *pc, struct kvp_event *ev);
+/* The medium pc's events name (NULL: none); before concurrent use.
+ * Returns 0 or -EINVAL (15 bytes at most). */
+int prefix_set_event_medium(struct prefix_cache *pc, const char *medium);
 
 /*
  * Quiescent check of pc's table against the pool: adds pc's cached

@@ -1,7 +1,9 @@
 #!/bin/sh
 # Installs kvpool's build and test dependencies from Debian 12 packages
 # (clang, libclang-rt-14-dev and valgrind are for `make fuzz` and
-# `make check-valgrind` only: a build without them works; python3-cffi,
+# `make check-valgrind` only: a build without them works; libzmq3-dev and
+# libmsgpack-dev build libkvpool-events, python3-zmq, python3-msgpack and
+# python3-cbor2 run its tests and examples/kv_subscriber.py; python3-cffi,
 # python3-numpy and cargo are for the Python and Rust bindings' tests,
 # which are skipped without them).  Rust: a cargo already on PATH or in
 # ~/.cargo/bin (rustup) is used; Debian's cargo is installed otherwise.
@@ -11,7 +13,8 @@ SUDO=
 [ "$(id -u)" -eq 0 ] || SUDO=sudo
 PKGS="build-essential autoconf automake libtool pkg-config autoconf-archive \
 check liburcu-dev libjemalloc-dev libxxhash-dev nettle-dev python3 \
-clang libclang-rt-14-dev valgrind python3-cffi python3-numpy"
+clang libclang-rt-14-dev valgrind python3-cffi python3-numpy \
+libzmq3-dev libmsgpack-dev python3-zmq python3-msgpack python3-cbor2"
 if ! command -v cargo >/dev/null 2>&1 && [ ! -x "$HOME/.cargo/bin/cargo" ]; then
 	PKGS="$PKGS cargo"
 fi

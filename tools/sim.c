@@ -75,6 +75,9 @@
 #include <unistd.h>
 
 #include <kvpool.h>
+#ifdef KVP_HAVE_EVENTS
+#include <kvpool-events.h>
+#endif
 
 #include "bench_common.h"
 #include "hist.h"
@@ -140,6 +143,13 @@ struct sim_opts {
 	const char *dump;
 	uint32_t max_attempts;
 	bool progress;
+	/* Events (--publish): libkvpool-events' publisher, NULL without. */
+	const char *publish, *replay_ep, *hash_seed, *topic;
+	bool cbor; /* --hash sha256_cbor */
+	double linger;
+	int32_t pub_hwm;
+	uint32_t replay_ring;
+	struct kvp_pub *pub;
 };
 
 /* What one replay measured. */
@@ -201,6 +211,7 @@ struct thr {
 	double util_sum, util_peak;
 	uint64_t util_n;
 	struct hist lat[NUM_OPS];
+	uint32_t *tokens; /* --publish: a prompt's pseudo-tokens */
 };
 
 struct run {
@@ -417,7 +428,23 @@ static int prefill(struct thr *t, uint32_t req)
 	t->queries += wr->input_len;
 	t->hits += cached;
 	t->block_ops += nblocks(wr->input_len, r->w->block_tokens);
-	rc = TIMED(t, OP_COMMIT, p_commit(r, wr->model, id, h, wr->nhashes));
+	if (t->tokens) {
+		/* --publish: the events carry the prompt's tokens. */
+		struct kvp_commit_info info = {0};
+
+		info.ntokens = wr->nhashes * r->w->block_tokens;
+		info.tokens = t->tokens;
+		info.lora_id = -1;
+		/* Only the blocks past the hits are stored (and read). */
+		rc = TIMED(t, OP_COMMIT, (wl_tokens(r->w, wr, t->tokens, cached,
+						    info.ntokens),
+					  kvp_seq_commit_ex(r->kmgr[wr->model],
+							    id, h, wr->nhashes,
+							    &info)));
+	} else {
+		rc = TIMED(t, OP_COMMIT,
+			   p_commit(r, wr->model, id, h, wr->nhashes));
+	}
 	if (rc == -ENOENT)
 		return rc;
 	if (rc < 0)
@@ -726,6 +753,11 @@ static void *scheduler(void *arg)
 	struct run *r = t->run;
 	uint32_t nreq = r->w->nreq;
 
+#ifdef KVP_HAVE_EVENTS
+	/* The thread's event buffer, before the clock starts. */
+	if (t->tokens && kvp_pub_thread_init(r->o->pub) != 0)
+		bench_die("sim: kvp_pub_thread_init: out of memory");
+#endif
 	pthread_barrier_wait(&r->start);
 	atomic_min_u64(&r->t0, hist_now_ns());
 	while (atomic_load_explicit(&r->finished, memory_order_relaxed) <
@@ -804,6 +836,10 @@ static void retained_on_event(const struct kvp_event *ev, void *arg)
 	struct run *r = arg;
 	uint64_t n = 0;
 
+#ifdef KVP_HAVE_EVENTS
+	if (r->o->pub)
+		kvp_pub_event_cb(ev, r->o->pub);
+#endif
 	if (ev->type != KVP_EVENT_REMOVED)
 		return;
 	for (uint32_t i = 0; i < ev->nhashes; i++)
@@ -847,6 +883,13 @@ static int make_kvpool(struct run *r)
 		if (r->o->retain)
 			(void)kvp_manager_set_event_cb(r->kmgr[m],
 						       retained_on_event, r);
+#ifdef KVP_HAVE_EVENTS
+		/* With --retain-system too, retained_on_event passes the
+		 * events on. */
+		if (r->o->pub && !r->o->retain)
+			kvp_manager_set_event_cb(r->kmgr[m], kvp_pub_event_cb,
+						 r->o->pub);
+#endif
 	}
 	return 0;
 }
@@ -951,6 +994,7 @@ static void destroy(struct run *r)
 		for (unsigned i = 0; i < r->o->threads; i++) {
 			free(r->thr[i].running);
 			free(r->thr[i].pending);
+			free(r->thr[i].tokens);
 		}
 	free(r->thr);
 }
@@ -1038,6 +1082,9 @@ static void replay(const struct sim_opts *o, const struct workload *w,
 		t->cap = cap ? cap : 1;
 		t->running = bench_xcalloc(t->cap, sizeof(*t->running));
 		t->pending = bench_xcalloc(t->cap, sizeof(*t->pending));
+		if (o->pub && peer == PEER_KVPOOL)
+			t->tokens = bench_xcalloc(wl_max_prompt(w) + 1,
+						  sizeof(*t->tokens));
 		bench_thread_create(&tids[i], scheduler, t);
 	}
 	if (o->progress)
@@ -1099,6 +1146,7 @@ static void replay(const struct sim_opts *o, const struct workload *w,
 		res->st.prefix_hits += st.prefix_hits;
 		res->st.prefix_commits += st.prefix_commits;
 		res->st.prefix_evictions += st.prefix_evictions;
+		res->st.prefix_cached_blocks += st.prefix_cached_blocks;
 		res->st.blocks_total = st.blocks_total;
 	}
 	res->st.prefix_hit_rate =
@@ -1326,6 +1374,30 @@ static void json_string(const char *s)
 	putchar('"');
 }
 
+/* --publish: the publisher's counts, and the cached blocks a subscriber
+ * must have rebuilt. */
+static void json_events(const struct sim_opts *o, const struct sim_result *k)
+{
+#ifdef KVP_HAVE_EVENTS
+	struct kvp_pub_stats st;
+
+	if (!o->pub)
+		return;
+	kvp_pub_stats(o->pub, &st);
+	printf(", \"events\": {\"hash\": \"%s\", \"events\": %llu, "
+	       "\"batches\": %llu, \"last_seq\": %llu, \"dropped\": %llu, "
+	       "\"cached_blocks_end\": %llu}",
+	       o->cbor ? "sha256_cbor" : "xxh3", (unsigned long long)st.events,
+	       (unsigned long long)st.batches,
+	       (unsigned long long)st.last_seq,
+	       (unsigned long long)st.dropped,
+	       (unsigned long long)k->st.prefix_cached_blocks);
+#else
+	(void)o;
+	(void)k;
+#endif
+}
+
 /* The whole --json report, one line; mx is NULL without --compare. */
 static void json_report(const struct sim_opts *o, const struct workload *w,
 			bool unlimited, const struct sim_result *k,
@@ -1347,6 +1419,7 @@ static void json_report(const struct sim_opts *o, const struct workload *w,
 	       o->watermark, o->unordered ? "false" : "true");
 	printf("\"kvpool\": ");
 	json_result(k);
+	json_events(o, k);
 	if (mx) {
 		printf(", \"mutex\": ");
 		json_result(mx);
@@ -1767,6 +1840,24 @@ static void usage(FILE *f)
 		"                      ('-': stdout)\n"
 		"  --plot FILE.png     with --sweep-capacity: a line plot "
 		"(needs gnuplot)\n"
+		"events (libkvpool-events; kvpool(1), README \"Joining a "
+		"cluster\"):\n"
+		"  --publish ENDPOINT  publish the replay's KV events, vLLM's "
+		"wire format\n"
+		"                      (ZeroMQ PUB bound there, e.g. "
+		"tcp://127.0.0.1:5557)\n"
+		"  --replay ENDPOINT   serve replay requests there (ROUTER)\n"
+		"  --replay-ring N     batches kept for replay (default 10000)\n"
+		"  --pub-hwm N         the PUB socket's high-water mark "
+		"(default 100000)\n"
+		"  --topic T           topic (default kv@<host>@kvpool-sim)\n"
+		"  --hash H            block hashes: xxh3 (default) or "
+		"sha256_cbor (vLLM's,\n"
+		"                      over pseudo-tokens of the hash ids)\n"
+		"  --hash-seed S       sha256_cbor's seed, vLLM's "
+		"PYTHONHASHSEED (default 0)\n"
+		"  --linger SECONDS    after the replay, keep answering "
+		"replay requests\n"
 		"  -h, --help          this text; kvpool(1) has the details\n",
 		WL_DEFAULT_REQUESTS, SIM_DEFAULT_SYNTH_BLOCKS,
 		SIM_DEFAULT_BLOCK_TOKENS, SIM_DEFAULT_THREADS,
@@ -1967,6 +2058,36 @@ static void parse_args(struct sim_opts *o, int argc, char **argv)
 							      BENCH_MAX_REPS);
 		} else if (!strcmp(name, "--dump-workload")) {
 			o->dump = val;
+		} else if (!strcmp(name, "--publish")) {
+			o->publish = val;
+		} else if (!strcmp(name, "--replay")) {
+			o->replay_ep = val;
+		} else if (!strcmp(name, "--replay-ring")) {
+			o->replay_ring = (uint32_t)bench_parse_ulong(
+				name, val, 1, 1u << 24);
+		} else if (!strcmp(name, "--pub-hwm")) {
+			o->pub_hwm = (int32_t)bench_parse_ulong(name, val, 1,
+								INT32_MAX);
+		} else if (!strcmp(name, "--topic")) {
+			o->topic = val;
+		} else if (!strcmp(name, "--hash")) {
+			if (strcmp(val, "sha256_cbor") && strcmp(val, "xxh3"))
+				usage_error("--hash: expected xxh3 or "
+					    "sha256_cbor, got '%s'",
+					    val);
+			o->cbor = !strcmp(val, "sha256_cbor");
+		} else if (!strcmp(name, "--hash-seed")) {
+			o->hash_seed = val;
+		} else if (!strcmp(name, "--linger")) {
+			char *end;
+
+			errno = 0;
+			o->linger = strtod(val, &end);
+			if (errno || end == val || *end || !(o->linger >= 0) ||
+			    o->linger > 86400)
+				usage_error("--linger: expected seconds in "
+					    "[0, 86400], got '%s'",
+					    val);
 		} else if (!strcmp(name, "--max-attempts")) {
 			o->max_attempts = (uint32_t)bench_parse_ulong(
 				name, val, 1, UINT32_MAX);
@@ -1987,11 +2108,78 @@ static void parse_args(struct sim_opts *o, int argc, char **argv)
 			  o->sysprompt)))
 		usage_error("--seed, --requests and --workload shape the "
 			    "synthetic workload, not a trace");
+	if ((o->replay_ep || o->linger > 0 || o->replay_ring || o->pub_hwm ||
+	     o->topic) &&
+	    !o->publish)
+		usage_error("--replay, --replay-ring, --pub-hwm, --topic and "
+			    "--linger go with --publish");
+	if (o->hash_seed && !o->cbor)
+		usage_error("--hash-seed goes with --hash sha256_cbor");
+	if (o->publish && (o->compare || o->sweep || o->reps != 1 ||
+			   o->models != 1 || o->dump))
+		usage_error("--publish streams one replay of one model: not "
+			    "with --compare, --sweep-capacity, --reps, "
+			    "--models or --dump-workload");
+#ifndef KVP_HAVE_EVENTS
+	if (o->publish)
+		usage_error("--publish: this kvpool was built without "
+			    "libkvpool-events (libzmq3-dev, libmsgpack-dev)");
+#endif
 	o->progress = isatty(STDERR_FILENO);
 }
 
 /* ------------------------------------------------------------------ main */
 
+
+#ifdef KVP_HAVE_EVENTS
+/* --publish: starts o->pub.  Returns 0, or -1 (message on stderr). */
+static int start_publisher(struct sim_opts *o)
+{
+	struct kvp_pub_config cfg = {0};
+	int rc;
+
+	cfg.endpoint = o->publish;
+	cfg.replay_endpoint = o->replay_ep;
+	cfg.topic = o->topic;
+	cfg.model_name = "kvpool-sim";
+	cfg.ring_batches = o->replay_ring;
+	cfg.sndhwm = o->pub_hwm;
+	/* A replay runs flat out, far faster than an engine's steps: room
+	 * for a burst, so that the publisher's thread never drops. */
+	cfg.thread_buffer_kib = 64 * 1024;
+	cfg.max_batch_events = 1024;
+	rc = kvp_pub_create(&cfg, &o->pub);
+	if (rc != 0) {
+		fprintf(stderr, "kvpool sim: --publish %s%s%s: %s\n", o->publish,
+			o->replay_ep ? " --replay " : "",
+			o->replay_ep ? o->replay_ep : "", strerror(-rc));
+		return -1;
+	}
+	return 0;
+}
+
+/* --publish without --json: one line of the publisher's counts. */
+static void print_events(const struct sim_opts *o, const struct sim_result *k)
+{
+	struct kvp_pub_stats st;
+
+	kvp_pub_stats(o->pub, &st);
+	printf("events: %llu published in %llu batches (last seq %llu), %llu "
+	       "dropped; %llu blocks cached at the end (%s hashes)\n",
+	       (unsigned long long)(st.events - st.dropped),
+	       (unsigned long long)st.batches,
+	       (unsigned long long)st.last_seq,
+	       (unsigned long long)st.dropped,
+	       (unsigned long long)k->st.prefix_cached_blocks,
+	       o->cbor ? "sha256_cbor" : "xxh3");
+}
+#else
+static int start_publisher(struct sim_opts *o)
+{
+	(void)o;
+	return -1;
+}
+#endif
 
 /* `kvpool sim`: see tools.h. */
 int sim_main(int argc, char **argv)
@@ -2033,6 +2221,10 @@ int sim_main(int argc, char **argv)
 		}
 		return 0;
 	}
+	if (o.cbor) {
+		kvp_hash_set_cbor_seed(o.hash_seed ? o.hash_seed : "0");
+		wl_set_cbor(&w);
+	}
 	rc = wl_prepare(&w, o.block_tokens, o.models, o.threads);
 	if (rc != 0) {
 		fprintf(stderr, "kvpool sim: hashing the workload: %s\n",
@@ -2061,6 +2253,10 @@ int sim_main(int argc, char **argv)
 	if (unl)
 		blocks = (uint32_t)unlimited;
 
+	if (o.publish && start_publisher(&o) != 0) {
+		wl_free(&w);
+		return 1;
+	}
 	kv = bench_xcalloc(o.reps, sizeof(*kv));
 	if (o.compare)
 		mx = bench_xcalloc(o.reps, sizeof(*mx));
@@ -2081,6 +2277,12 @@ int sim_main(int argc, char **argv)
 			"cached blocks and preempted %llu requests\n",
 			(unsigned long long)k->st.prefix_evictions,
 			(unsigned long long)k->preemptions);
+#ifdef KVP_HAVE_EVENTS
+	/* Everything the replay caused is on the wire before we report. */
+	if (o.pub && kvp_pub_flush(o.pub, 60000) != 0)
+		fprintf(stderr, "kvpool sim: events still unpublished after "
+				"60 s\n");
+#endif
 	if (o.json) {
 		json_report(&o, &w, unl, k, m);
 	} else {
@@ -2099,8 +2301,23 @@ int sim_main(int argc, char **argv)
 				    : "the work differed, see above");
 		}
 	}
+	rc = fflush(stdout) == 0 ? 0 : 1;
+#ifdef KVP_HAVE_EVENTS
+	if (o.pub) {
+		struct timespec ts = {(time_t)o.linger,
+				      (long)((o.linger - (double)(time_t)o.linger) *
+					     1e9)};
+
+		if (!o.json)
+			print_events(&o, k);
+		fflush(stdout);
+		if (o.linger > 0)
+			nanosleep(&ts, NULL);
+		kvp_pub_destroy(o.pub);
+	}
+#endif
 	free(kv);
 	free(mx);
 	wl_free(&w);
-	return fflush(stdout) == 0 ? 0 : 1;
+	return rc;
 }

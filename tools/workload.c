@@ -537,11 +537,60 @@ int wl_load_trace(struct workload *w, const char *path, char *err,
 
 /* --------------------------------------------------------------- hashing */
 
+uint32_t wl_max_prompt(const struct workload *w)
+{
+	uint32_t m = 0;
+
+	for (uint32_t i = 0; i < w->nreq; i++)
+		if (w->req[i].input_len > m)
+			m = w->req[i].input_len;
+	return m;
+}
+
 /* Pseudo-token width of one block: k, the id count, and two words per
  * overlapped hash block. */
 static uint32_t pseudo_width(uint32_t block_tokens, uint32_t unit)
 {
 	return 2 + 2 * (ceil_div(block_tokens, unit) + 1);
+}
+
+void wl_set_cbor(struct workload *w)
+{
+	w->cbor = true;
+}
+
+void wl_tokens(const struct workload *w, const struct wl_req *r,
+	       uint32_t *out, uint32_t from, uint32_t to)
+{
+	const uint64_t *ids = w->ids + r->id_off;
+	uint32_t U = w->unit_tokens;
+
+	for (uint32_t p = from; p < to;) {
+		uint32_t j = p / U, end = (j + 1) * U < to ? (j + 1) * U : to;
+		/* ids[j] * U + (p - j * U), counted up: no division per token. */
+		uint32_t v = (uint32_t)(ids[j] * U) + (p - j * U);
+
+		while (p < end)
+			out[p++] = v++;
+	}
+}
+
+/* hash_range for wl_set_cbor: vLLM's chain over the pseudo-tokens. */
+static int hash_cbor(const struct workload *w, const struct wl_req *r,
+		     uint32_t *tok, struct kvp_hash *h)
+{
+	uint32_t B = w->block_tokens;
+
+	wl_tokens(w, r, tok, 0, r->nhashes * B);
+	for (uint32_t k = 0; k < r->nhashes; k++) {
+		int rc = kvp_hash_blocks(KVP_HASH_SHA256_CBOR,
+					 k ? &h[k - 1] : NULL, NULL,
+					 tok + (size_t)k * B, B, B, &h[k]);
+
+		if (rc != 1)
+			return rc < 0 ? rc : -EIO;
+	}
+	return 0;
 }
 
 struct hash_job {
@@ -558,7 +607,8 @@ static void *hash_range(void *arg)
 	const struct workload *w = j->w;
 	uint32_t B = w->block_tokens, U = w->unit_tokens;
 	uint32_t W = pseudo_width(B, U);
-	uint32_t *tok = calloc(W, sizeof(*tok));
+	uint32_t *tok = calloc(w->cbor ? wl_max_prompt(w) + 1 : W,
+			       sizeof(*tok));
 
 	if (!tok) {
 		j->rc = -ENOMEM;
@@ -568,6 +618,11 @@ static void *hash_range(void *arg)
 		const struct wl_req *r = &w->req[i];
 		const uint64_t *ids = w->ids + r->id_off;
 		struct kvp_hash *h = w->hashes + r->hash_off;
+
+		if (w->cbor) {
+			j->rc = hash_cbor(w, r, tok, h);
+			continue;
+		}
 
 		for (uint32_t k = 0; k < r->nhashes; k++) {
 			uint64_t j0 = (uint64_t)k * B / U;

@@ -22,6 +22,19 @@
  * reproducible.  Only full blocks of the prompt are hashed (the library
  * caches only full blocks).
  *
+ * With wl_set_cbor (`kvpool sim --hash sha256_cbor`), the prompt is made
+ * of pseudo-tokens instead, and hashed as vLLM hashes token ids: token p
+ * (0-based) of a prompt is
+ *
+ *     (uint32_t)(id[p / U] * U + p % U)        (U = unit_tokens)
+ *
+ * i.e. hash block j holds the U consecutive integers from id[j] * U,
+ * modulo 2^32 (distinct for ids below 2^32 / U, 8,388,608 for Mooncake's
+ * U = 512), and h[k] = vLLM's sha256_cbor chain over pool block k's B
+ * tokens (kvp_hash_blocks(KVP_HASH_SHA256_CBOR), the root from the seed
+ * kvp_hash_set_cbor_seed set).  wl_tokens gives the same tokens to the
+ * events a replay publishes, so a subscriber recomputes every hash.
+ *
  * Thread-safety: a workload is built by one thread; afterwards any number
  * of threads may read it.
  */
@@ -70,6 +83,7 @@ struct workload {
 	uint64_t input_tokens, output_tokens; /* output: all samples */
 	uint32_t multi_sample;		      /* requests with n > 1 */
 	uint32_t max_n;
+	bool cbor; /* wl_set_cbor: pseudo-tokens, vLLM's sha256_cbor */
 };
 
 /*
@@ -110,6 +124,18 @@ int wl_load_trace(struct workload *w, const char *path, char *err,
  */
 int wl_prepare(struct workload *w, uint32_t block_tokens, uint32_t models,
 	       unsigned threads);
+
+/* Makes wl_prepare hash pseudo-tokens with KVP_HASH_SHA256_CBOR (see
+ * above); the caller sets the root's seed (kvp_hash_set_cbor_seed). */
+void wl_set_cbor(struct workload *w);
+
+/* The longest prompt (tokens). */
+uint32_t wl_max_prompt(const struct workload *w);
+
+/* The pseudo-tokens [from, to) of request r's prompt (to <= its input),
+ * in out[from .. to). */
+void wl_tokens(const struct workload *w, const struct wl_req *r,
+	       uint32_t *out, uint32_t from, uint32_t to);
 
 /* The hashes of request r's full blocks. */
 static inline const struct kvp_hash *wl_hashes(const struct workload *w,

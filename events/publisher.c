@@ -1,0 +1,822 @@
+/*
+ * publisher.c - libkvpool-events: per-thread event buffers, the publisher
+ * thread, its PUB and ROUTER (replay) sockets.
+ *
+ * CORRECTNESS ARGUMENT
+ *
+ * Buffers.  Each producer thread owns one ring of bytes per publisher
+ * (struct ring): a single-producer single-consumer queue of records.  The
+ * producer alone writes `tail`, the publisher thread alone writes `head`;
+ * both only grow.  The producer writes a record's bytes, then stores tail
+ * with release; the consumer loads tail with acquire before reading the
+ * bytes below it (so it reads them whole).  The consumer stores head with
+ * release after it is done reading; the producer loads head with acquire
+ * before reusing the bytes below it (so its writes cannot overtake the
+ * consumer's reads).  A record never wraps: when it does not fit before
+ * the end of the buffer, a pad record fills the rest.
+ *
+ * Order.  A producer first checks that its record fits (free space only
+ * grows behind its back), then draws the event's number from next_event
+ * (one fetch-add), then writes the record.  So every number drawn is
+ * written, and numbers are never skipped: a dropped event draws none.
+ * The consumer publishes numbers in order 0, 1, 2, ...: the next one is at
+ * the front of one of the rings (records of one ring are in increasing
+ * order, since one thread draws them one after another), or it was drawn
+ * and is being written (next_event is past it: the consumer waits, a few
+ * instructions), or it was not drawn yet (nothing to publish).  A manager
+ * calls its callback under its event lock, so the numbers of one
+ * manager's events follow the manager's order, and so does the wire.
+ *
+ * Registration.  A thread's first event for a publisher allocates its
+ * ring and pushes it on the publisher's list under reg_lock (a slow path,
+ * once per thread); the consumer walks the list from an acquire load of
+ * its head (each node is complete before the release store that
+ * publishes it, and never changes afterwards).  Rings are freed by
+ * kvp_pub_destroy only.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "encode.h"
+#include "tsan.h"
+
+#define RING_DEFAULT_KIB 1024u
+#define REPLAY_DEFAULT 10000u
+#define BATCH_DEFAULT 256u
+#define HWM_DEFAULT 100000
+#define REC_ALIGN 16u
+#define REC_PAD 0xffu
+#define MAX_EXTRA 64u
+#define TL_SLOTS 4
+#define KVPE_MAX_STR 255 /* longer strings: the event is dropped */
+
+/* A record's fixed part (the first 16 bytes are all a pad has). */
+struct rec {
+	uint64_t seq;
+	uint32_t size; /* bytes, a multiple of REC_ALIGN */
+	uint8_t type;  /* enum kvp_event_type or REC_PAD */
+	uint8_t has_parent, has_tokens, pad0;
+	uint32_t nhashes, ntokens, block_tokens;
+	uint16_t lora_len, medium_len, nextra, pad1; /* 0xffff: none */
+	int64_t lora_id;
+	/* parent (32 bytes, if any), hashes, tokens, lora name, medium, and
+	 * per extra key a uint16_t length and the bytes */
+};
+
+#define NONE16 0xffffu
+
+struct ring {
+	_Alignas(64) _Atomic uint64_t head; /* consumer's; see above */
+	uint64_t peek;			    /* consumer only: next to read */
+	_Alignas(64) _Atomic uint64_t tail; /* producer's */
+	uint64_t head_seen;		    /* producer only: a recent head */
+	uint64_t cap;			    /* bytes, a power of two */
+	unsigned char *buf;
+	struct ring *next; /* immutable once published */
+};
+
+/* A batch's encoded bytes, shared by the PUB socket's message (sent
+ * without a copy: libzmq's thread drops its reference when sent) and the
+ * replay ring. */
+struct payload {
+	_Atomic uint32_t refs;
+	size_t len;
+	char data[];
+};
+
+struct replay_slot {
+	uint64_t seq;
+	struct payload *pl;
+};
+
+struct kvp_pub {
+	uint64_t id; /* unique per publisher (thread-local caches) */
+	struct kvp_pub_config cfg;
+	char topic[256];
+	char medium[64];
+	uint64_t ring_bytes;
+	void *zctx, *pub, *router;
+	pthread_t thread;
+	pthread_mutex_t reg_lock;
+	_Atomic(struct ring *) rings; /* push under reg_lock */
+	_Atomic uint32_t nrings;
+	_Alignas(64) _Atomic uint64_t next_event; /* numbers drawn */
+	_Alignas(64) _Atomic uint64_t dropped;
+	_Alignas(64) _Atomic uint64_t published; /* numbers consumed */
+	_Atomic uint64_t batches, replays;
+	_Atomic bool stop;
+	/* publisher thread only */
+	struct replay_slot *ring; /* replay ring, cfg.ring_batches slots */
+	uint64_t next_batch;
+	struct rec **recs;     /* a batch's records, max_batch_events */
+	struct kvp_event *evs; /* and their events */
+	struct ring **owners;  /* and their rings */
+	char strs[2 + MAX_EXTRA][KVPE_MAX_STR + 1]; /* rec_read's copies */
+};
+
+static _Atomic uint64_t pub_ids = 1;
+
+struct tl_slot {
+	struct kvp_pub *pub;
+	uint64_t id;
+	struct ring *ring;
+};
+static __thread struct tl_slot tl[TL_SLOTS];
+static __thread unsigned tl_next;
+
+static uint64_t round_up(uint64_t v, uint64_t a)
+{
+	return (v + a - 1) / a * a;
+}
+
+/* ------------------------------------------------------------ producer */
+
+static struct ring *ring_register(struct kvp_pub *p)
+{
+	struct ring *r = calloc(1, sizeof(*r));
+	struct tl_slot *s;
+
+	if (!r)
+		return NULL;
+	r->cap = p->ring_bytes;
+	r->buf = malloc(r->cap);
+	if (!r->buf) {
+		free(r);
+		return NULL;
+	}
+	/* Touched now, not page by page on the producer's path. */
+	memset(r->buf, 0, r->cap);
+	atomic_init(&r->head, 0);
+	atomic_init(&r->tail, 0);
+	pthread_mutex_lock(&p->reg_lock);
+	r->next = atomic_load_explicit(&p->rings, memory_order_relaxed);
+	/* Release: the ring's fields before the consumer sees it. */
+	atomic_store_explicit(&p->rings, r, memory_order_release);
+	atomic_fetch_add_explicit(&p->nrings, 1, memory_order_relaxed);
+	pthread_mutex_unlock(&p->reg_lock);
+	s = &tl[tl_next++ % TL_SLOTS];
+	*s = (struct tl_slot){p, p->id, r};
+	return r;
+}
+
+static struct ring *ring_of(struct kvp_pub *p)
+{
+	for (int i = 0; i < TL_SLOTS; i++)
+		if (tl[i].pub == p && tl[i].id == p->id)
+			return tl[i].ring;
+	return ring_register(p);
+}
+
+static size_t str_len16(const char *s)
+{
+	size_t n = s ? strlen(s) : 0;
+
+	return n <= KVPE_MAX_STR ? n : NONE16;
+}
+
+/* Bytes of ev's record, or 0 if it cannot be recorded. */
+static uint64_t rec_size(const struct kvp_event *ev)
+{
+	uint64_t n = sizeof(struct rec);
+
+	if (ev->type == KVP_EVENT_CLEARED)
+		return round_up(n, REC_ALIGN);
+	if (ev->nextra_keys > MAX_EXTRA || (!ev->hashes && ev->nhashes))
+		return 0;
+	n += (ev->parent ? 32 : 0) + (uint64_t)ev->nhashes * 32;
+	if (ev->type == KVP_EVENT_STORED) {
+		if (ev->token_ids)
+			n += (uint64_t)ev->num_tokens * 4;
+		if (str_len16(ev->lora_name) == NONE16)
+			return 0;
+		n += str_len16(ev->lora_name);
+		for (uint32_t k = 0; k < ev->nextra_keys; k++) {
+			if (!ev->extra_keys || !ev->extra_keys[k] ||
+			    str_len16(ev->extra_keys[k]) == NONE16)
+				return 0;
+			n += 2 + str_len16(ev->extra_keys[k]);
+		}
+	}
+	if (str_len16(ev->medium) == NONE16)
+		return 0;
+	n += str_len16(ev->medium);
+	return round_up(n, REC_ALIGN);
+}
+
+static unsigned char *put(unsigned char *d, const void *s, size_t n)
+{
+	if (n)
+		memcpy(d, s, n);
+	return d + n;
+}
+
+static void rec_write(unsigned char *d, const struct kvp_event *ev,
+		      uint64_t seq, uint64_t size)
+{
+	struct rec *r = (struct rec *)d;
+	bool stored = ev->type == KVP_EVENT_STORED;
+	bool cleared = ev->type == KVP_EVENT_CLEARED;
+
+	memset(r, 0, sizeof(*r));
+	r->seq = seq;
+	r->size = (uint32_t)size;
+	r->type = (uint8_t)ev->type;
+	if (cleared) {
+		r->lora_len = r->medium_len = NONE16;
+		return;
+	}
+	r->has_parent = ev->parent != NULL;
+	r->nhashes = ev->nhashes;
+	r->block_tokens = ev->block_tokens;
+	r->has_tokens = stored && ev->token_ids;
+	r->ntokens = r->has_tokens ? ev->num_tokens : 0;
+	r->lora_len = stored && ev->lora_name
+			      ? (uint16_t)str_len16(ev->lora_name)
+			      : NONE16;
+	r->medium_len = ev->medium ? (uint16_t)str_len16(ev->medium) : NONE16;
+	r->nextra = stored ? (uint16_t)ev->nextra_keys : 0;
+	r->lora_id = stored ? ev->lora_id : -1;
+	d += sizeof(*r);
+	if (ev->parent)
+		d = put(d, ev->parent->b, 32);
+	d = put(d, ev->hashes, (size_t)ev->nhashes * 32);
+	d = put(d, ev->token_ids, (size_t)r->ntokens * 4);
+	if (r->lora_len != NONE16)
+		d = put(d, ev->lora_name, r->lora_len);
+	if (r->medium_len != NONE16)
+		d = put(d, ev->medium, r->medium_len);
+	for (uint32_t k = 0; k < r->nextra; k++) {
+		uint16_t n = (uint16_t)str_len16(ev->extra_keys[k]);
+
+		d = put(d, &n, sizeof(n));
+		d = put(d, ev->extra_keys[k], n);
+	}
+}
+
+KVPE_API int kvp_pub_thread_init(struct kvp_pub *p)
+{
+	if (!p)
+		return -EINVAL;
+	return ring_of(p) ? 0 : -ENOMEM;
+}
+
+KVPE_API void kvp_pub_event_cb(const struct kvp_event *ev, void *arg)
+{
+	struct kvp_pub *p = arg;
+	struct ring *r;
+	uint64_t size, tail, off, pad, seq;
+
+	if (!p || !ev)
+		return;
+	r = ring_of(p);
+	size = rec_size(ev);
+	if (!r || size == 0 || size > r->cap / 2)
+		goto drop;
+	/* Relaxed: only this thread writes tail. */
+	tail = atomic_load_explicit(&r->tail, memory_order_relaxed);
+	off = tail & (r->cap - 1);
+	pad = off + size > r->cap ? r->cap - off : 0;
+	if (tail + pad + size - r->head_seen > r->cap) {
+		/* Acquire: the consumer is done with the bytes it freed. */
+		r->head_seen =
+			atomic_load_explicit(&r->head, memory_order_acquire);
+		if (tail + pad + size - r->head_seen > r->cap)
+			goto drop;
+	}
+	if (pad) {
+		struct rec *pr = (struct rec *)(r->buf + off);
+
+		pr->size = (uint32_t)pad;
+		pr->type = REC_PAD;
+		off = 0;
+	}
+	/* Relaxed: a counter; the record's release below publishes it. */
+	seq = atomic_fetch_add_explicit(&p->next_event, 1,
+					memory_order_relaxed);
+	rec_write(r->buf + off, ev, seq, size);
+	/* Release: the record's bytes before the consumer's acquire. */
+	atomic_store_explicit(&r->tail, tail + pad + size,
+			      memory_order_release);
+	return;
+drop:
+	atomic_fetch_add_explicit(&p->dropped, 1, memory_order_relaxed);
+}
+
+/* ------------------------------------------------------------ consumer */
+
+/* The record at r's peek position (skipping pads), or NULL. */
+static struct rec *ring_front(struct ring *r)
+{
+	/* Acquire: pairs with the producer's release of tail. */
+	uint64_t tail = atomic_load_explicit(&r->tail, memory_order_acquire);
+
+	while (r->peek < tail) {
+		struct rec *rec = (struct rec *)(r->buf +
+						 (r->peek & (r->cap - 1)));
+
+		if (rec->type != REC_PAD)
+			return rec;
+		r->peek += rec->size;
+	}
+	return NULL;
+}
+
+/* Copies n bytes at *d into to (NUL-terminated) and steps *d past them. */
+static const char *str_out(const unsigned char **d, size_t n, char *to)
+{
+	memcpy(to, *d, n);
+	to[n] = '\0';
+	*d += n;
+	return to;
+}
+
+/* Rebuilds the event a record holds (pointing into it). */
+static void rec_read(const struct rec *r, struct kvp_event *ev,
+		     const char **keys, char strs[][KVPE_MAX_STR + 1])
+{
+	const unsigned char *d = (const unsigned char *)(r + 1);
+
+	memset(ev, 0, sizeof(*ev));
+	ev->type = (enum kvp_event_type)r->type;
+	ev->seq = r->seq;
+	ev->lora_id = r->lora_id;
+	if (r->has_parent) {
+		ev->parent = (const struct kvp_hash *)d;
+		d += 32;
+	}
+	ev->hashes = (const struct kvp_hash *)d;
+	ev->nhashes = r->nhashes;
+	d += (size_t)r->nhashes * 32;
+	ev->block_tokens = r->block_tokens;
+	ev->num_tokens = r->nhashes * r->block_tokens;
+	if (r->has_tokens) {
+		ev->token_ids = (const uint32_t *)d;
+		ev->num_tokens = r->ntokens;
+		d += (size_t)r->ntokens * 4;
+	}
+	/* Strings are not NUL-terminated in the record: copied out. */
+	if (r->lora_len != NONE16)
+		ev->lora_name = str_out(&d, r->lora_len, strs[0]);
+	if (r->medium_len != NONE16)
+		ev->medium = str_out(&d, r->medium_len, strs[1]);
+	for (uint32_t k = 0; k < r->nextra; k++) {
+		uint16_t n;
+
+		memcpy(&n, d, sizeof(n));
+		d += sizeof(n);
+		keys[k] = str_out(&d, n, strs[2 + k]);
+	}
+	ev->extra_keys = r->nextra ? keys : NULL;
+	ev->nextra_keys = r->nextra;
+}
+
+static double now_real(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void put_be64(unsigned char *b, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		b[i] = (unsigned char)(v >> (56 - 8 * i));
+}
+
+static void payload_unref(struct payload *pl)
+{
+	/* Acq_rel: the last holder sees every other holder's use done. */
+	if (pl && atomic_fetch_sub_explicit(&pl->refs, 1,
+					    memory_order_acq_rel) == 1)
+		free(pl);
+}
+
+/* libzmq's free function for a sent message (its I/O thread).  The
+ * payload reached it through libzmq's pipes, which TSan cannot see: the
+ * publisher released it before zmq_msg_send, acquired here. */
+static void payload_sent(void *data, void *hint)
+{
+	(void)data;
+	kvp_tsan_acquire(hint);
+	payload_unref(hint);
+}
+
+/* Keeps a sent batch for replay (drops the oldest when full); takes the
+ * caller's reference. */
+static void replay_keep(struct kvp_pub *p, uint64_t seq, struct payload *pl)
+{
+	struct replay_slot *s = &p->ring[seq % p->cfg.ring_batches];
+
+	payload_unref(s->pl);
+	*s = (struct replay_slot){seq, pl};
+}
+
+/* Answers replay requests waiting on the ROUTER socket. */
+static void replay_serve(struct kvp_pub *p)
+{
+	for (;;) {
+		unsigned char id[256], start[16], seqb[8];
+		int idn, n, more;
+		size_t ml = sizeof(more);
+		uint64_t from = 0, first;
+
+		idn = zmq_recv(p->router, id, sizeof(id), ZMQ_DONTWAIT);
+		if (idn < 0)
+			return;
+		/* The rest of the request: REQ's empty delimiter, the seq. */
+		n = 0;
+		for (;;) {
+			if (zmq_getsockopt(p->router, ZMQ_RCVMORE, &more,
+					   &ml) != 0 ||
+			    !more)
+				break;
+			n = zmq_recv(p->router, start, sizeof(start), 0);
+		}
+		if (idn > (int)sizeof(id) || n != 8)
+			continue; /* malformed: ignored, as vLLM does */
+		for (int i = 0; i < 8; i++)
+			from = from << 8 | start[i];
+		first = p->next_batch > p->cfg.ring_batches
+				? p->next_batch - p->cfg.ring_batches
+				: 0;
+		for (uint64_t s = from > first ? from : first;
+		     s < p->next_batch; s++) {
+			struct replay_slot *rs =
+				&p->ring[s % p->cfg.ring_batches];
+
+			if (!rs->pl || rs->seq != s)
+				continue;
+			put_be64(seqb, s);
+			zmq_send(p->router, id, (size_t)idn, ZMQ_SNDMORE);
+			zmq_send(p->router, "", 0, ZMQ_SNDMORE);
+			zmq_send(p->router, seqb, 8, ZMQ_SNDMORE);
+			zmq_send(p->router, rs->pl->data, rs->pl->len, 0);
+		}
+		put_be64(seqb, UINT64_MAX); /* -1 as 8 signed bytes */
+		zmq_send(p->router, id, (size_t)idn, ZMQ_SNDMORE);
+		zmq_send(p->router, "", 0, ZMQ_SNDMORE);
+		zmq_send(p->router, seqb, 8, ZMQ_SNDMORE);
+		zmq_send(p->router, "", 0, 0);
+		atomic_fetch_add_explicit(&p->replays, 1, memory_order_relaxed);
+	}
+}
+
+/*
+ * Takes up to max_batch_events events in number order into one batch and
+ * sends it.  Returns the number of events sent.
+ */
+static uint32_t publish_batch(struct kvp_pub *p)
+{
+	uint64_t want = atomic_load_explicit(&p->published,
+					     memory_order_relaxed);
+	uint32_t n = 0, cap = p->cfg.max_batch_events;
+	struct rec **recs = p->recs;
+	struct ring **owners = p->owners;
+	struct kvp_event *evs = p->evs;
+	struct payload *pl;
+	size_t bound = 64;
+	unsigned spins = 0;
+	msgpack_packer pk;
+	unsigned char seqb[8];
+
+	while (n < cap) {
+		struct ring *r, *found = NULL;
+		struct rec *rec = NULL;
+
+		/* Acquire: the list's nodes (see Registration). */
+		for (r = atomic_load_explicit(&p->rings, memory_order_acquire);
+		     r; r = r->next) {
+			rec = ring_front(r);
+			if (rec && rec->seq == want) {
+				found = r;
+				break;
+			}
+		}
+		if (!found) {
+			/* Relaxed: a drawn number is written soon; its
+			 * record's release is what we then acquire. */
+			if (atomic_load_explicit(&p->next_event,
+						 memory_order_relaxed) > want) {
+				/* A producer is copying it: a large event
+				 * takes microseconds; do not spin on a
+				 * core the producers need. */
+				struct timespec ts = {0, 20 * 1000};
+
+				if (++spins > 64)
+					nanosleep(&ts, NULL);
+				continue;
+			}
+			break;
+		}
+		recs[n] = rec;
+		owners[n++] = found;
+		found->peek += rec->size;
+		want++;
+	}
+	if (n == 0)
+		return 0;
+	for (uint32_t i = 0; i < n; i++) {
+		const char *keys[MAX_EXTRA];
+
+		rec_read(recs[i], &evs[i], keys, p->strs);
+		bound += kvpe_event_bound(&evs[i]);
+	}
+	pl = malloc(sizeof(*pl) + bound);
+	if (pl) {
+		struct kvpe_fixbuf f = {pl->data, bound, 0};
+
+		msgpack_packer_init(&pk, &f, kvpe_fix_write);
+		kvpe_pack_batch_head(&pk, now_real(), n);
+		for (uint32_t i = 0; i < n; i++) {
+			const char *keys[MAX_EXTRA];
+
+			/* Again: the strings of one record at a time. */
+			rec_read(recs[i], &evs[i], keys, p->strs);
+			kvpe_pack_event(&pk, &evs[i], p->cfg.flags, p->medium);
+		}
+		kvpe_pack_batch_tail(&pk, p->cfg.data_parallel_rank);
+		pl->len = f.len;
+		atomic_init(&pl->refs, p->router ? 2 : 1);
+		if (f.len > bound) { /* cannot happen: the bound is loose */
+			free(pl);
+			pl = NULL;
+		}
+	}
+	/* Release: done reading the records; their bytes may be reused. */
+	for (uint32_t i = 0; i < n; i++)
+		atomic_store_explicit(&owners[i]->head, owners[i]->peek,
+				      memory_order_release);
+	if (!pl) {
+		/* Out of memory: the batch's events are lost, counted. */
+		atomic_fetch_add_explicit(&p->dropped, n, memory_order_relaxed);
+	} else {
+		zmq_msg_t msg;
+
+		put_be64(seqb, p->next_batch);
+		zmq_send(p->pub, p->topic, strlen(p->topic), ZMQ_SNDMORE);
+		zmq_send(p->pub, seqb, 8, ZMQ_SNDMORE);
+		if (zmq_msg_init_data(&msg, pl->data, pl->len, payload_sent,
+				      pl) != 0) {
+			payload_unref(pl); /* libzmq's reference */
+		} else {
+			/* Our last touch of pl unless the ring keeps it. */
+			kvp_tsan_release(pl);
+			if (zmq_msg_send(&msg, p->pub, 0) < 0)
+				zmq_msg_close(&msg); /* calls payload_sent */
+		}
+		if (p->router)
+			replay_keep(p, p->next_batch, pl);
+		p->next_batch++;
+		atomic_store_explicit(&p->batches, p->next_batch,
+				      memory_order_relaxed);
+	}
+	/* Release: kvp_pub_flush's acquire sees the batch sent. */
+	atomic_store_explicit(&p->published, want, memory_order_release);
+	return n;
+}
+
+static void *publisher_main(void *arg)
+{
+	struct kvp_pub *p = arg;
+
+	pthread_setname_np(pthread_self(), "kvp-events");
+	for (;;) {
+		bool stop = atomic_load_explicit(&p->stop,
+						 memory_order_acquire);
+		uint32_t sent = publish_batch(p);
+
+		if (p->router)
+			replay_serve(p);
+		if (sent)
+			continue;
+		if (stop)
+			break;
+		if (p->router) {
+			zmq_pollitem_t it = {p->router, 0, ZMQ_POLLIN, 0};
+
+			zmq_poll(&it, 1, 1);
+		} else {
+			struct timespec ts = {0, 1000 * 1000};
+
+			nanosleep(&ts, NULL);
+		}
+	}
+	return NULL;
+}
+
+/* ------------------------------------------------------------ lifetime */
+
+static int zerr(void)
+{
+	return errno ? -errno : -EIO;
+}
+
+static void pub_free(struct kvp_pub *p)
+{
+	struct ring *r = atomic_load_explicit(&p->rings, memory_order_acquire);
+	int linger = 1000;
+
+	while (r) {
+		struct ring *next = r->next;
+
+		free(r->buf);
+		free(r);
+		r = next;
+	}
+	if (p->pub) {
+		zmq_setsockopt(p->pub, ZMQ_LINGER, &linger, sizeof(linger));
+		zmq_close(p->pub);
+	}
+	if (p->router) {
+		linger = 0;
+		zmq_setsockopt(p->router, ZMQ_LINGER, &linger, sizeof(linger));
+		zmq_close(p->router);
+	}
+	if (p->zctx)
+		zmq_ctx_term(p->zctx);
+	if (p->ring)
+		for (uint32_t i = 0; i < p->cfg.ring_batches; i++)
+			payload_unref(p->ring[i].pl);
+	free(p->ring);
+	free(p->recs);
+	free(p->evs);
+	free(p->owners);
+	pthread_mutex_destroy(&p->reg_lock);
+	free(p);
+}
+
+KVPE_API int kvp_pub_create(const struct kvp_pub_config *cfg,
+			    struct kvp_pub **out)
+{
+	struct kvp_pub *p;
+	char host[128];
+	int hwm, rc;
+
+	if (!cfg || !out || !cfg->endpoint ||
+	    (cfg->flags & ~(KVP_PUB_INT_HASHES | KVP_PUB_CONNECT)) ||
+	    (cfg->medium && strlen(cfg->medium) >= 64) ||
+	    cfg->thread_buffer_kib > (1u << 21) ||
+	    cfg->ring_batches > (1u << 24) || cfg->max_batch_events > (1u << 16))
+		return -EINVAL;
+	if (cfg->topic) {
+		if (strlen(cfg->topic) >= 256)
+			return -EINVAL;
+	} else if (strlen(cfg->pod_id ? cfg->pod_id : "") +
+			   strlen(cfg->model_name ? cfg->model_name : "") >
+		   240) {
+		return -EINVAL;
+	}
+	p = calloc(1, sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	p->cfg = *cfg;
+	p->cfg.endpoint = p->cfg.replay_endpoint = NULL; /* not kept */
+	p->cfg.topic = p->cfg.pod_id = p->cfg.model_name = NULL;
+	p->cfg.medium = NULL;
+	if (!p->cfg.ring_batches)
+		p->cfg.ring_batches = REPLAY_DEFAULT;
+	if (!p->cfg.max_batch_events)
+		p->cfg.max_batch_events = BATCH_DEFAULT;
+	p->ring_bytes = 4096;
+	while (p->ring_bytes < (uint64_t)(cfg->thread_buffer_kib
+						  ? cfg->thread_buffer_kib
+						  : RING_DEFAULT_KIB) *
+				       1024)
+		p->ring_bytes *= 2;
+	snprintf(p->medium, sizeof(p->medium), "%s",
+		 cfg->medium ? cfg->medium : KVPE_DEFAULT_MEDIUM);
+	if (cfg->topic) {
+		snprintf(p->topic, sizeof(p->topic), "%s", cfg->topic);
+	} else {
+		if (!cfg->pod_id && gethostname(host, sizeof(host)) != 0)
+			snprintf(host, sizeof(host), "kvpool");
+		host[sizeof(host) - 1] = '\0';
+		snprintf(p->topic, sizeof(p->topic), "kv@%s@%s",
+			 cfg->pod_id ? cfg->pod_id : host,
+			 cfg->model_name ? cfg->model_name : "kvpool");
+	}
+	p->id = atomic_fetch_add(&pub_ids, 1);
+	if (pthread_mutex_init(&p->reg_lock, NULL) != 0) {
+		free(p);
+		return -ENOMEM;
+	}
+	rc = -ENOMEM;
+	p->ring = calloc(p->cfg.ring_batches, sizeof(*p->ring));
+	p->recs = calloc(p->cfg.max_batch_events, sizeof(*p->recs));
+	p->evs = calloc(p->cfg.max_batch_events, sizeof(*p->evs));
+	p->owners = calloc(p->cfg.max_batch_events, sizeof(*p->owners));
+	p->zctx = zmq_ctx_new();
+	if (!p->ring || !p->recs || !p->evs || !p->owners || !p->zctx)
+		goto fail;
+	p->pub = zmq_socket(p->zctx, ZMQ_PUB);
+	if (!p->pub)
+		goto fail_z;
+	hwm = cfg->sndhwm > 0 ? cfg->sndhwm : cfg->sndhwm < 0 ? 0 : HWM_DEFAULT;
+	zmq_setsockopt(p->pub, ZMQ_SNDHWM, &hwm, sizeof(hwm));
+	if ((cfg->flags & KVP_PUB_CONNECT ? zmq_connect(p->pub, cfg->endpoint)
+					  : zmq_bind(p->pub, cfg->endpoint)) !=
+	    0)
+		goto fail_z;
+	if (cfg->replay_endpoint) {
+		p->router = zmq_socket(p->zctx, ZMQ_ROUTER);
+		if (!p->router || zmq_bind(p->router, cfg->replay_endpoint) != 0)
+			goto fail_z;
+	}
+	rc = pthread_create(&p->thread, NULL, publisher_main, p);
+	if (rc != 0) {
+		rc = -rc;
+		goto fail;
+	}
+	*out = p;
+	return 0;
+fail_z:
+	rc = zerr();
+fail:
+	pub_free(p);
+	return rc;
+}
+
+KVPE_API int kvp_pub_flush(struct kvp_pub *p, int timeout_ms)
+{
+	uint64_t target, waited_us = 0;
+
+	if (!p)
+		return -EINVAL;
+	target = atomic_load_explicit(&p->next_event, memory_order_relaxed);
+	/* Acquire: pairs with the publisher's release of published. */
+	while (atomic_load_explicit(&p->published, memory_order_acquire) <
+	       target) {
+		struct timespec ts = {0, 200 * 1000};
+
+		if (timeout_ms >= 0 && waited_us >= (uint64_t)timeout_ms * 1000)
+			return -ETIMEDOUT;
+		nanosleep(&ts, NULL);
+		waited_us += 200;
+	}
+	return 0;
+}
+
+KVPE_API void kvp_pub_stats(struct kvp_pub *p, struct kvp_pub_stats *st)
+{
+	uint64_t drawn, dropped;
+
+	if (!p || !st)
+		return;
+	/* Relaxed: statistics. */
+	drawn = atomic_load_explicit(&p->next_event, memory_order_relaxed);
+	dropped = atomic_load_explicit(&p->dropped, memory_order_relaxed);
+	memset(st, 0, sizeof(*st));
+	st->events = drawn + dropped;
+	st->dropped = dropped;
+	st->batches = atomic_load_explicit(&p->batches, memory_order_relaxed);
+	st->last_seq = st->batches ? st->batches - 1 : 0;
+	st->replay_requests =
+		atomic_load_explicit(&p->replays, memory_order_relaxed);
+	st->threads = atomic_load_explicit(&p->nrings, memory_order_relaxed);
+}
+
+KVPE_API int kvp_pub_endpoint(struct kvp_pub *p, int which, char *buf,
+			      size_t len)
+{
+	void *s;
+	char tmp[512];
+	size_t n = sizeof(tmp);
+
+	if (!p || !buf || (which != 0 && which != 1))
+		return -EINVAL;
+	s = which ? p->router : p->pub;
+	if (!s)
+		return -EINVAL;
+	if (zmq_getsockopt(s, ZMQ_LAST_ENDPOINT, tmp, &n) != 0)
+		return zerr();
+	if (strlen(tmp) >= len)
+		return -ENOSPC;
+	memcpy(buf, tmp, strlen(tmp) + 1);
+	return 0;
+}
+
+KVPE_API void kvp_pub_destroy(struct kvp_pub *p)
+{
+	if (!p)
+		return;
+	(void)kvp_pub_flush(p, 1000);
+	atomic_store_explicit(&p->stop, true, memory_order_release);
+	pthread_join(p->thread, NULL);
+	for (int i = 0; i < TL_SLOTS; i++)
+		if (tl[i].pub == p)
+			tl[i].pub = NULL;
+	pub_free(p);
+}
