@@ -486,6 +486,55 @@ START_TEST(test_hit_raise_pin)
 }
 END_TEST
 
+/* STORED events carry the priority the commit gave their blocks: one
+ * event per run of one priority (a pin the cap refused is KVP_RETAIN_MAX). */
+static struct {
+	uint32_t n, count[8], prio[8];
+	struct kvp_hash h0[8];
+} stored;
+
+static void on_stored(const struct kvp_event *ev, void *arg)
+{
+	(void)arg;
+	if (ev->type != KVP_EVENT_STORED || stored.n == 8)
+		return;
+	stored.count[stored.n] = ev->nhashes;
+	stored.prio[stored.n] = ev->priority;
+	stored.h0[stored.n] = ev->hashes[0];
+	stored.n++;
+}
+
+START_TEST(test_events_priority)
+{
+	struct kvp_pool *p = mkpool_nc(16);
+	struct kvp_manager *m = mkmgr_pinned(p, 1);
+	struct chain a = mkchain(21, 5);
+	struct kvp_retention r[2] = {range(0, 2 * BT, KVP_RETAIN_PIN, 0),
+				     range(3 * BT, BT, 4, 0)};
+	static const uint32_t want_first[4] = {0, 1, 2, 3},
+			      want_count[4] = {1, 1, 1, 2},
+			      want_prio[4] = {KVP_RETAIN_PIN, KVP_RETAIN_MAX, 0,
+					      4};
+
+	memset(&stored, 0, sizeof(stored));
+	ck_assert_int_eq(kvp_manager_set_event_cb(m, on_stored, NULL), 0);
+	/* Blocks 0: pinned; 1: its pin refused, KVP_RETAIN_MAX; 2: the
+	 * default; 3 and 4: priority 4. */
+	r[1].num_tokens = 2 * BT;
+	hold(m, 1, &a, r, 2, 5, 1);
+	free_ok(m, 1);
+	ck_assert_uint_eq(stored.n, 4);
+	for (uint32_t k = 0; k < 4; k++) {
+		ck_assert_uint_eq(stored.count[k], want_count[k]);
+		ck_assert_uint_eq(stored.prio[k], want_prio[k]);
+		ck_assert(!memcmp(&stored.h0[k], &a.h[want_first[k]],
+				  sizeof(struct kvp_hash)));
+	}
+	ck_assert_int_eq(kvp_manager_set_event_cb(m, NULL, NULL), 0);
+	finish(p, m);
+}
+END_TEST
+
 /* Bad input changes nothing. */
 START_TEST(test_bad_input)
 {
@@ -583,6 +632,7 @@ static Suite *retention_suite(void)
 	tcase_add_test(tc, test_pin_expires);
 	tcase_add_test(tc, test_hit_raise);
 	tcase_add_test(tc, test_hit_raise_pin);
+	tcase_add_test(tc, test_events_priority);
 	tcase_add_test(tc, test_bad_input);
 	tcase_add_test(tc, test_duration_saturates);
 	suite_add_tcase(s, tc);
