@@ -255,7 +255,11 @@ def set_xxh3_seed(seed):
 
 
 def thread_flush():
-    """Returns the calling thread's cached blocks to their pools."""
+    """Returns the calling thread's cached blocks (and parked references)
+    to their pools.  A worker thread calls it last: Thread.join() returns
+    before the thread's C-level exit, where the library would otherwise
+    do it, so a check() or a stats() right after join() may run while
+    that exit is still returning blocks."""
     lib.kvp_thread_flush()
 
 

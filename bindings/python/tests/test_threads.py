@@ -97,6 +97,12 @@ def worker(tid, m, iters, prompts, counts, errors, barrier, shared_live):
         counts[tid] = c
     except BaseException as e:  # reported by the main thread
         errors.append((tid, e))
+    finally:
+        # Thread.join() returns before the thread's C-level exit (where
+        # the library returns its cached blocks and parked references):
+        # hand them back now, so that the checks after join() run on a
+        # quiescent pool.
+        kvpool.thread_flush()
 
 
 def main():
