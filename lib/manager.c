@@ -912,22 +912,33 @@ KVP_API int kvp_seq_create_cached(struct kvp_manager *m, uint64_t id,
 /*
  * The retention word of block i of a sequence under ranges[0..nranges)
  * (kvpool.h, struct kvp_retention): the highest priority of the ranges
- * covering all of its tokens, the longest duration among those.
+ * covering all of its tokens, the longest duration among those.  *until:
+ * the first block after i whose word may differ (the next block where a
+ * range's covered blocks start or end), so a commit computes one word
+ * per stretch of blocks, not per block.
  */
 static uint64_t block_retention(struct kvp_manager *m, uint32_t i,
 				const struct kvp_retention *ranges,
-				uint32_t nranges)
+				uint32_t nranges, uint64_t *until)
 {
-	uint64_t first = (uint64_t)i * m->block_tokens,
-		 end = first + m->block_tokens, duration = 0;
+	uint64_t bt = m->block_tokens, first = (uint64_t)i * bt,
+		 end = first + bt, duration = 0;
 	uint32_t prio = KVP_RETAIN_DEFAULT;
 
+	*until = UINT64_MAX;
 	for (uint32_t r = 0; r < nranges; r++) {
 		uint64_t rend = ranges[r].num_tokens
 					? (uint64_t)ranges[r].first_token +
 						  ranges[r].num_tokens
 					: UINT64_MAX;
+		/* Blocks [lo, hi) are covered whole by range r. */
+		uint64_t lo = (ranges[r].first_token + bt - 1) / bt,
+			 hi = rend == UINT64_MAX ? UINT64_MAX : rend / bt;
 
+		if (lo > i && lo < *until)
+			*until = lo;
+		if (hi > i && hi < *until)
+			*until = hi;
 		if (ranges[r].first_token > first || rend < end ||
 		    ranges[r].priority < prio)
 			continue;
@@ -991,6 +1002,7 @@ static int seq_commit(struct kvp_manager *m, uint64_t id,
 		      uint32_t *unpinned)
 {
 	uint64_t keys[KVP_COMMIT_AHEAD]; /* of blocks [i, i + AHEAD) */
+	uint64_t retain = 0, until = 0; /* block i's word, valid to until */
 	struct kvp_seq *s;
 	uint32_t upto, run = 0, i, refused = 0, run_prio = KVP_RETAIN_DEFAULT;
 	int err = 0, added = 0;
@@ -1013,9 +1025,11 @@ static int seq_commit(struct kvp_manager *m, uint64_t id,
 	prefix_store_begin(&m->prefix);
 	/* Blocks committed before (hits, a fork sibling's) keep their
 	 * priority unless this commit raises it. */
-	for (i = 0; nranges && i < s->committed && i < upto; i++)
-		prefix_raise(&m->prefix, s->blocks[i],
-			     block_retention(m, i, ranges, nranges), &refused);
+	for (i = 0; nranges && i < s->committed && i < upto; i++) {
+		if (i >= until)
+			retain = block_retention(m, i, ranges, nranges, &until);
+		prefix_raise(&m->prefix, s->blocks[i], retain, &refused);
+	}
 	for (i = s->committed; i < upto && i < s->committed + KVP_COMMIT_AHEAD;
 	     i++)
 		keys[i % KVP_COMMIT_AHEAD] =
@@ -1024,22 +1038,23 @@ static int seq_commit(struct kvp_manager *m, uint64_t id,
 	 * contiguous run of one priority, emitted while we hold the blocks
 	 * (so before any can be evicted and reported removed). */
 	for (i = run = s->committed; i < upto; i++) {
-		uint64_t key = keys[i % KVP_COMMIT_AHEAD], retain = 0;
-		uint32_t ahead = i + KVP_COMMIT_AHEAD;
+		uint64_t key = keys[i % KVP_COMMIT_AHEAD];
+		uint32_t ahead = i + KVP_COMMIT_AHEAD, was_refused = refused;
 		int r;
 
 		if (ahead < upto)
 			keys[ahead % KVP_COMMIT_AHEAD] = prefix_store_prepare(
 				&m->prefix, s->blocks[ahead], &hashes[ahead]);
-		if (nranges)
-			retain = block_retention(m, i, ranges, nranges);
+		if (nranges && i >= until)
+			retain = block_retention(m, i, ranges, nranges, &until);
 		r = prefix_store(&m->prefix, s->blocks[i], &hashes[i], key,
 				 retain, &refused);
 		if (r == 1) {
-			/* The priority stored (a pin past the cap is not). */
-			uint32_t p = retain ? prefix_priority(&m->prefix,
-							      s->blocks[i])
-					    : KVP_RETAIN_DEFAULT;
+			/* The priority stored: a pin the cap refused is
+			 * KVP_RETAIN_MAX. */
+			uint32_t p = refused != was_refused
+					     ? KVP_RETAIN_MAX
+					     : prefix_word_priority(retain);
 
 			if (i > run && p != run_prio) {
 				commit_emit(m, hashes, run, i, info, run_prio);

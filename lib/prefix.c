@@ -157,7 +157,7 @@ static inline uint64_t retain_make(uint32_t prio, uint64_t expiry)
 
 static inline uint32_t retain_prio(uint64_t w)
 {
-	return (uint32_t)(w >> 56);
+	return prefix_word_priority(w);
 }
 
 static inline uint64_t retain_expiry(uint64_t w)
@@ -764,16 +764,15 @@ static uint32_t prefix_evict(void *ctx, uint32_t min, uint32_t max,
 	/* One pass from the head of the lowest priority's list up: claim
 	 * idle blocks and unlink them, and unlink held ones passed on the
 	 * way (their holders relink them at release).  A higher priority's
-	 * list is entered only while fewer than min are claimed, and the
-	 * extras up to max (evictions ahead) come from the default
-	 * priority's only: a retained block goes only when needed.  The
-	 * pinned list is never entered. */
+	 * list is entered only while fewer than min are claimed, so the
+	 * extras up to max (evictions ahead) come from the priority that
+	 * gave the min-th, every lower one being empty: still no block
+	 * goes while an idle one of a lower priority stays.  The pinned
+	 * list is never entered. */
 	for (uint32_t levels = pp->nonempty & ~(1u << KVP_RETAIN_PIN);
 	     levels && got < min; levels &= levels - 1) {
-		uint32_t l = (uint32_t)__builtin_ctz(levels),
-			 upto = l == KVP_RETAIN_DEFAULT ? max : min;
-
-		for (b = pp->head[l]; b != KVP_NIL && got < upto; b = nx) {
+		for (b = pp->head[__builtin_ctz(levels)];
+		     b != KVP_NIL && got < max; b = nx) {
 			_Atomic uint32_t *st = &pool->state[b];
 			/* Acquire: the releaser's writes to the block happen
 			 * before our caller's reuse (pairs with the release
@@ -1498,13 +1497,6 @@ uint64_t prefix_retain_word(struct prefix_cache *pc, uint32_t prio,
 	left = KVP_RETAIN_EXPIRY_MASK - now;
 	/* Past the clock's range: never expires. */
 	return retain_make(prio, duration < left ? now + duration : 0);
-}
-
-uint32_t prefix_priority(struct prefix_cache *pc, uint32_t b)
-{
-	/* Relaxed: under the store lock, b held: only we write it. */
-	return retain_prio(atomic_load_explicit(
-		&pool_prefix(pc->pool)->blk[b].retain, memory_order_relaxed));
 }
 
 void prefix_raise(struct prefix_cache *pc, uint32_t b, uint64_t want,

@@ -130,9 +130,11 @@ int prefix_store(struct prefix_cache *pc, uint32_t b, const struct kvp_hash *h,
  */
 uint64_t prefix_retain_word(struct prefix_cache *pc, uint32_t prio,
 			    uint64_t duration);
-/* The priority of block b's retention word (the caller holds b, cached
- * by pc; store lock). */
-uint32_t prefix_priority(struct prefix_cache *pc, uint32_t b);
+/* The priority of a word prefix_retain_word made. */
+static inline uint32_t prefix_word_priority(uint64_t word)
+{
+	return (uint32_t)(word >> 56);
+}
 void prefix_raise(struct prefix_cache *pc, uint32_t b, uint64_t want,
 		  uint32_t *unpinned);
 /* Advances pc's retention clock by steps (-ERANGE past 2^56 - 1,

@@ -281,11 +281,10 @@ bool model_evicted_ahead(struct model_pool *mp, const struct model_mgr *mm,
 	uint32_t lru = lru_evictable(mp);
 
 	if (lru == UINT32_MAX || mp->owner[lru] != (const void *)mm ||
-	    memcmp(&mp->hash[lru], h, sizeof(*h)) != 0 ||
-	    level_of(mp, lru) != KVP_RETAIN_DEFAULT) {
+	    memcmp(&mp->hash[lru], h, sizeof(*h)) != 0) {
 		model_fail(mp, "an eviction ahead of need removed another "
-			       "hash than the next default-priority block's "
-			       "in eviction order (block %u)",
+			       "hash than the next block's in eviction order "
+			       "(block %u)",
 			   lru);
 		return false;
 	}

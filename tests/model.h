@@ -201,10 +201,9 @@ uint64_t model_evictable(const struct model_pool *mp);
  * Accepts, after a call, one more eviction the library reported (a
  * REMOVED event of manager mm for hash h) if it is the next block in
  * eviction order (the least recently freed evictable one of the lowest
- * priority) and of the default priority (evictions ahead never take a
- * retained block): the block loses its hash and stays free (never-cached
- * now), the model's own REMOVED event is recorded.  Returns false
- * (recorded) otherwise.
+ * priority, never a pin): the block loses its hash and stays free
+ * (never-cached now), the model's own REMOVED event is recorded.
+ * Returns false (recorded) otherwise.
  */
 bool model_evicted_ahead(struct model_pool *mp, const struct model_mgr *mm,
 			 const struct kvp_hash *h);
