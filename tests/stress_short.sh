@@ -12,3 +12,5 @@ b=${top_builddir:-.}
 "$b/stress/stress_prefix" 3 2
 "$b/stress/stress_prefix" 3 2 --blocks 1024 --prefixes 32
 "$b/stress/stress_prefix" 3 2 --blocks 4096 --prefixes 16 --full 1
+"$b/stress/stress_integrity" 3 2
+"$b/stress/stress_integrity" 3 2 --blocks 48 --full 1
