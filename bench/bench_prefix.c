@@ -214,15 +214,8 @@ static uint64_t rotl64(uint64_t x, unsigned r)
 
 static uint64_t old_key_of(const uint64_t w[4])
 {
-	uint64_t x = w[0] ^ rotl64(w[1], 17) ^ rotl64(w[2], 31) ^
-		     rotl64(w[3], 47);
-
-	x ^= x >> 33;
-	x *= 0xff51afd7ed558ccdull;
-	x ^= x >> 33;
-	x *= 0xc4ceb9fe1a85ec53ull;
-	x ^= x >> 33;
-	return x;
+	return bench_fmix64(w[0] ^ rotl64(w[1], 17) ^ rotl64(w[2], 31) ^
+			    rotl64(w[3], 47));
 }
 
 /* The inverse of odd a modulo 2^64 (Newton's iteration). */
