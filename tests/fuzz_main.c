@@ -65,7 +65,7 @@ int main(int argc, char **argv)
 		for (i = 0; i < n; i++) {
 			size_t len = 8 + next() % (sizeof(buf) - 8);
 
-			if (i && i % 1000000 == 0) {
+			if (i && i % 250000 == 0) {
 				printf("fuzz_replay: %lu inputs\n", i);
 				fflush(stdout);
 			}
