@@ -217,4 +217,15 @@ FILE *bench_csv_open(const char *path);
  * stderr when the CSV went to stdout; exits 2 on failure. */
 void bench_csv_close(FILE *f, const char *path);
 
+/* murmur3's 64-bit finaliser: a full-avalanche mix (unkeyed). */
+static inline uint64_t bench_fmix64(uint64_t x)
+{
+	x ^= x >> 33;
+	x *= 0xff51afd7ed558ccdull;
+	x ^= x >> 33;
+	x *= 0xc4ceb9fe1a85ec53ull;
+	x ^= x >> 33;
+	return x;
+}
+
 #endif /* KVP_BENCH_COMMON_H */

@@ -33,15 +33,38 @@
  * alike), and the MEDIAN is reported, with the share of the CPU other
  * processes took ("others").
  *
+ * FLOODING (--flood N, default 50,000; 0 leaves it out)
+ *
+ * N distinct block hashes committed into one prefix-caching manager (one
+ * sequence of N blocks: kvp_seq_commit), then looked up
+ * (kvp_seq_create_cached of the same N hashes, every block a hit), in a
+ * fresh pool of N + 1,024 blocks each rep, timed per hash.  Two sets:
+ *
+ *   random    uniformly random hashes;
+ *   crafted   hashes crafted to share one home slot (the same low 20 bits
+ *             of the tag, so one home in any table of up to 2^20 slots)
+ *             under the unkeyed mix kvpool's prefix table used before it
+ *             was keyed (murmur3's finaliser over the words, old_key_of
+ *             below): an attacker who can choose prompts can grind such
+ *             hashes (block hashes are public functions of the tokens).
+ *             The finaliser is invertible, so here they are made directly.
+ *
+ * Under a mix the attacker can compute, the crafted hashes form one probe
+ * chain of N entries: commit and lookup are quadratic.  Under a keyed mix
+ * they cost what random hashes cost.
+ *
  * TARGETS (issue 4), printed as PASS/FAIL:
  *   cached cost per prompt <= 0.5 x sha256 cost, <= 2 x xxh3 cost (1 thread);
  *   cached at 2 threads >= 1.6 x cached at 1 thread (throughput): the
  *   median over reps of each rep's 2-thread run / its 1-thread run (the
  *   ratio of the two medians is printed beside it).
+ *   flood (issue 19): crafted commit and lookup cost per hash <= 2 x the
+ *   random set's (medians over reps).
  */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "bench_common.h"
 #include "kvpool.h"
@@ -57,6 +80,7 @@ struct opts {
 	struct bench_opts common;
 	uint32_t tokens;
 	bool skip[NUM_WL]; /* --ops: workloads left out */
+	uint32_t flood;	   /* --flood: hashes, 0 = none */
 };
 
 struct run {
@@ -179,15 +203,177 @@ static double measure(struct run *r, unsigned nthreads, double *others)
 	return mops;
 }
 
+/* ------------------------------------------------------------ flooding */
+
+/* The unkeyed table key kvpool used before: murmur3's finaliser over the
+ * words (its high 32 bits were the tag, their low bits the home slot). */
+static uint64_t rotl64(uint64_t x, unsigned r)
+{
+	return (x << r) | (x >> (64 - r));
+}
+
+static uint64_t old_key_of(const uint64_t w[4])
+{
+	return bench_fmix64(w[0] ^ rotl64(w[1], 17) ^ rotl64(w[2], 31) ^
+			    rotl64(w[3], 47));
+}
+
+/* The inverse of odd a modulo 2^64 (Newton's iteration). */
+static uint64_t inverse64(uint64_t a)
+{
+	uint64_t x = a; /* right to 3 bits */
+
+	for (int i = 0; i < 5; i++)
+		x *= 2 - a * x;
+	return x;
+}
+
+/* The inverse of the finaliser: x ^= x >> 33 is its own inverse. */
+static uint64_t unmix(uint64_t x)
+{
+	x ^= x >> 33;
+	x *= inverse64(0xc4ceb9fe1a85ec53ull);
+	x ^= x >> 33;
+	x *= inverse64(0xff51afd7ed558ccdull);
+	x ^= x >> 33;
+	return x;
+}
+
+static double flood_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static uint64_t flood_rng = 0x9e3779b97f4a7c15ull;
+
+static uint64_t flood_next(void)
+{
+	uint64_t z = (flood_rng += 0x9e3779b97f4a7c15ull);
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+#define FLOOD_HOME 0x5a5a5u /* the shared low 20 bits of the tag */
+
+/* n random hashes, or (crafted) n distinct ones whose old tags all end in
+ * FLOOD_HOME: words 1-3 random, word 0 solved for a chosen key. */
+static void flood_hashes(struct kvp_hash *h, uint32_t n, bool crafted)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		uint64_t w[4];
+
+		for (int k = 0; k < 4; k++)
+			w[k] = flood_next();
+		if (crafted) {
+			uint64_t key = (((flood_next() << 20) | FLOOD_HOME)
+					<< 32) |
+				       (flood_next() & 0xffffffffull);
+
+			w[0] = unmix(key) ^ rotl64(w[1], 17) ^
+			       rotl64(w[2], 31) ^ rotl64(w[3], 47);
+			if (((old_key_of(w) >> 32) & 0xfffff) != FLOOD_HOME)
+				bench_die("crafting a flooding hash failed");
+		}
+		memcpy(h[i].b, w, sizeof(w));
+	}
+}
+
+/* One rep of one set: ns per hash of the commit and of the lookup. */
+static void flood_rep(const struct kvp_hash *h, uint32_t n, double *commit,
+		      double *lookup)
+{
+	struct kvp_pool_config pc = {.num_blocks = n + 1024,
+				     .block_tokens = BLOCK_TOKENS};
+	struct kvp_manager_config mc = {.flags = KVP_PREFIX_CACHE};
+	struct kvp_pool *pool;
+	struct kvp_manager *m;
+	uint32_t tokens = n * BLOCK_TOKENS + 1, cached = 0;
+	double t0, t1, t2;
+	int rc;
+
+	if ((rc = kvp_pool_create(&pc, &pool)) != 0)
+		bench_die("kvp_pool_create(%u blocks) = %d", pc.num_blocks, rc);
+	mc.pool = pool;
+	if ((rc = kvp_manager_create(&mc, &m)) != 0)
+		bench_die("kvp_manager_create = %d", rc);
+	if ((rc = kvp_seq_create(m, 1, tokens)) != 0)
+		bench_die("kvp_seq_create(%u tokens) = %d", tokens, rc);
+	t0 = flood_now();
+	if ((rc = kvp_seq_commit(m, 1, h, n)) != (int)n)
+		bench_die("flood kvp_seq_commit = %d (want %u)", rc, n);
+	t1 = flood_now();
+	if ((rc = kvp_seq_create_cached(m, 2, h, n, tokens, &cached)) != 0 ||
+	    cached != n * BLOCK_TOKENS)
+		bench_die("flood kvp_seq_create_cached = %d, %u cached", rc,
+			  cached);
+	t2 = flood_now();
+	*commit = (t1 - t0) * 1e9 / n;
+	*lookup = (t2 - t1) * 1e9 / n;
+	if (kvp_seq_free(m, 1) != 0 || kvp_seq_free(m, 2) != 0 ||
+	    kvp_manager_check(m) != 0)
+		bench_die("flood: freeing or checking failed");
+	kvp_manager_destroy(m);
+	kvp_pool_unref(pool);
+}
+
+/* The flooding case: prints both sets and the verdicts. */
+static void flood(const struct opts *o, unsigned reps)
+{
+	uint32_t n = o->flood;
+	struct kvp_hash *h[2];
+	double *v = bench_xcalloc((size_t)4 * reps, sizeof(*v));
+	double med[4];
+	char line[256];
+	static const char *const set[2] = {"random", "crafted"};
+
+	for (int s = 0; s < 2; s++) {
+		h[s] = bench_xcalloc(n, sizeof(*h[s]));
+		flood_hashes(h[s], n, s == 1);
+	}
+	for (unsigned rep = 0; rep < reps; rep++)
+		for (int s = 0; s < 2; s++)
+			flood_rep(h[s], n, &v[(2 * s) * reps + rep],
+				  &v[(2 * s + 1) * reps + rep]);
+	for (int k = 0; k < 4; k++)
+		med[k] = bench_median(&v[k * reps], reps);
+	printf("\nflooding: %u distinct hashes (crafted: one home slot under "
+	       "the old unkeyed mix);\nmedian of %u reps, ns per hash\n",
+	       n, reps);
+	printf("%-8s %12s %12s\n", "set", "commit", "lookup");
+	for (int s = 0; s < 2; s++)
+		printf("%-8s %12.1f %12.1f\n", set[s], med[2 * s],
+		       med[2 * s + 1]);
+	printf("\ntargets:\n");
+	snprintf(line, sizeof(line),
+		 "flood commit: crafted %.1f ns = %.2fx random, target <= 2x",
+		 med[2], med[2] / med[0]);
+	bench_verdict(med[2] <= 2 * med[0], line);
+	snprintf(line, sizeof(line),
+		 "flood lookup: crafted %.1f ns = %.2fx random, target <= 2x",
+		 med[3], med[3] / med[1]);
+	bench_verdict(med[3] <= 2 * med[1], line);
+	for (int s = 0; s < 2; s++)
+		free(h[s]);
+	free(v);
+}
+
 static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: bench_prefix [--threads 1,2] [--seconds S] [--reps R]\n"
 		"                    [--tokens N] [--ops sha256,xxh3,cached] "
 		"[--csv FILE]\n"
+		"                    [--flood N]\n"
 		"A cached %u-token-block prompt (kvp_seq_create_cached + free, "
 		"every full block\na hit) against hashing it (SHA-256, "
-		"XXH3-128).  Medians of R runs of S seconds.\n",
+		"XXH3-128).  Medians of R runs of S seconds.\n"
+		"--flood N: N hashes crafted to share a home slot against N "
+		"random ones\n(commit, lookup; default 50000, 0: none).\n",
 		BLOCK_TOKENS);
 }
 
@@ -198,6 +384,11 @@ static bool parse_opt(void *ctx, const char *name, const char *val)
 	if (strcmp(name, "--ops") == 0) {
 		for (int w = 0; w < NUM_WL; w++)
 			o->skip[w] = !strstr(val, wl_name[w]);
+		return true;
+	}
+	if (strcmp(name, "--flood") == 0) {
+		o->flood = (uint32_t)bench_parse_ulong("--flood", val, 0,
+						       1u << 24);
 		return true;
 	}
 	if (strcmp(name, "--tokens") == 0) {
@@ -242,7 +433,7 @@ static void cost_verdict(const struct opts *o, unsigned ti, enum workload w,
 
 int main(int argc, char **argv)
 {
-	struct opts o = {.tokens = 4096};
+	struct opts o = {.tokens = 4096, .flood = 50000};
 	struct bench_opts *c = &o.common;
 	struct run r = {.o = &o};
 	FILE *csv;
@@ -345,6 +536,8 @@ int main(int argc, char **argv)
 	} else {
 		bench_skip("hot prefix scaling (needs 1 and 2 threads)");
 	}
+	if (o.flood)
+		flood(&o, c->reps);
 	bench_targets_summary();
 	bench_report_busy("after");
 

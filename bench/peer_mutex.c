@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_common.h"
 #include "peer_mutex.h"
 
 /* The operations are out of line, like a library's. */
@@ -161,13 +162,7 @@ struct mm_seq {
 
 static inline uint64_t mm_hash(uint64_t x)
 {
-	/* murmur3's 64-bit finaliser: a full-avalanche mix. */
-	x ^= x >> 33;
-	x *= 0xff51afd7ed558ccdull;
-	x ^= x >> 33;
-	x *= 0xc4ceb9fe1a85ec53ull;
-	x ^= x >> 33;
-	return x;
+	return bench_fmix64(x);
 }
 
 /* The prefix map's key of a block hash (its first 8 bytes, mixed). */

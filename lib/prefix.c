@@ -117,6 +117,9 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "alloc.h"
 #include "pool.h"
@@ -274,28 +277,79 @@ static inline void hash_words(const struct kvp_hash *h, uint64_t w[4])
 	memcpy(w, h->b, 4 * sizeof(uint64_t));
 }
 
-static inline uint64_t rotl64(uint64_t x, unsigned r)
+/*
+ * The table key's secret: 32 random bytes per process, drawn once, before
+ * the first table exists (key_init, from prefix_cache_init; pthread_once
+ * orders it before every use).
+ *
+ * Block hashes are public: vLLM-compatible ones with a known seed, or
+ * SHA-256 of prompts a client chooses.  With a key anyone can compute,
+ * a client could grind prompts whose blocks share a home slot and make
+ * every probe walk one long chain (hash flooding).  Keyed, the home slot
+ * and tag are unpredictable without the secret, which never leaves the
+ * process.
+ */
+static uint64_t key_secret[4];
+static pthread_once_t key_once = PTHREAD_ONCE_INIT;
+
+static inline uint64_t mul_fold64(uint64_t a, uint64_t b)
 {
-	return (x << r) | (x >> (64 - r));
+	__uint128_t p = (__uint128_t)a * b;
+
+	return (uint64_t)p ^ (uint64_t)(p >> 64);
 }
 
 /*
- * The table key of a hash: all its words, mixed (callers may pass hashes
- * of their own, not only uniform ones).  Its high 32 bits are the tag kept
- * in the slot, and their low bits the home slot.
+ * The table key of a hash: all its words, mixed with the secret (callers
+ * may pass hashes of their own, not only uniform ones).  It is XXH3's
+ * 17-to-32-byte path over the 32 bytes with key_secret as the first 32
+ * bytes of its secret (so XXH3_64bits_withSecret on a little-endian
+ * machine): two 64x64->128-bit multiplies of input words masked by
+ * secret words, folded, then XXH3's avalanche.  Its high 32 bits are the
+ * tag kept in the slot, and their low bits the home slot.
  */
 static inline uint64_t key_of(const uint64_t w[4])
 {
-	uint64_t x = w[0] ^ rotl64(w[1], 17) ^ rotl64(w[2], 31) ^
-		     rotl64(w[3], 47);
+	uint64_t x = 32 * 0x9e3779b185ebca87ull;
 
-	/* murmur3's 64-bit finaliser. */
-	x ^= x >> 33;
-	x *= 0xff51afd7ed558ccdull;
-	x ^= x >> 33;
-	x *= 0xc4ceb9fe1a85ec53ull;
-	x ^= x >> 33;
+	x += mul_fold64(w[0] ^ key_secret[0], w[1] ^ key_secret[1]);
+	x += mul_fold64(w[2] ^ key_secret[2], w[3] ^ key_secret[3]);
+	x ^= x >> 37;
+	x *= 0x165667919e3779f9ull;
+	x ^= x >> 32;
 	return x;
+}
+
+static void key_init(void)
+{
+	unsigned char *p = (unsigned char *)key_secret;
+	size_t got = 0;
+
+	while (got < sizeof(key_secret)) {
+		ssize_t r = getrandom(p + got, sizeof(key_secret) - got,
+				      GRND_NONBLOCK);
+
+		if (r <= 0)
+			break;
+		got += (size_t)r;
+	}
+	if (got < sizeof(key_secret)) {
+		/* No randomness yet (early boot, a sandbox without the
+		 * syscall): the time, the process and an address, so that
+		 * the key still differs from process to process. */
+		struct timespec ts;
+		uint64_t s;
+
+		clock_gettime(CLOCK_REALTIME, &ts);
+		s = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+		s ^= (uint64_t)getpid() << 32 ^ (uint64_t)(uintptr_t)&got;
+		for (int i = 0; i < 4; i++) {
+			s += 0x9e3779b97f4a7c15ull; /* splitmix64 */
+			key_secret[i] = mul_fold64(s ^ (s >> 30),
+						   0xbf58476d1ce4e5b9ull) ^
+					mul_fold64(s, 0x94d049bb133111ebull);
+		}
+	}
 }
 
 /* Relaxed: see the argument at the top (a torn read only mismatches). */
@@ -1198,6 +1252,7 @@ int prefix_cache_init(struct prefix_cache *pc, struct kvp_pool *pool,
 	struct prefix_table *t;
 	int err;
 
+	kvp_check_pthread(pthread_once(&key_once, key_init));
 	memset(pc, 0, sizeof(*pc));
 	pc->pool = pool;
 	pc->block_tokens = pool->block_tokens;

@@ -130,11 +130,25 @@ static int ntrace;
 static FILE *devnull_w, *devnull_r;
 
 static void note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/*
+ * Whether note() records the calls: formatting every call was half of an
+ * execution's time, so libFuzzer and --random runs leave it off
+ * (KVP_FUZZ_TRACE turns it on), and tests/fuzz_main.c turns it on to
+ * replay files, such as the input a failed run left in fuzz-artifacts/.
+ */
+static int record_calls = -1;
+
+void fuzz_api_record_calls(int on);
+void fuzz_api_record_calls(int on)
+{
+	record_calls = on;
+}
+
 static void note(const char *fmt, ...)
 {
 	va_list ap;
 
-	if (ntrace >= (int)(sizeof(trace) / sizeof(trace[0])))
+	if (!record_calls || ntrace >= (int)(sizeof(trace) / sizeof(trace[0])))
 		return;
 	va_start(ap, fmt);
 	vsnprintf(trace[ntrace++], sizeof(trace[0]), fmt, ap);
@@ -148,7 +162,11 @@ static void mismatch(const char *fmt, ...)
 	va_list ap;
 
 	fprintf(stderr, "\n=== fuzz_api: library and model disagree\n");
-	fprintf(stderr, "--- calls (library return value last):\n");
+	if (record_calls)
+		fprintf(stderr, "--- calls (library return value last):\n");
+	else
+		fprintf(stderr, "--- calls not recorded: replay the input with"
+				" tests/fuzz_replay FILE to see them\n");
 	for (int i = 0; i < ntrace; i++)
 		fprintf(stderr, "  %3d %s\n", i, trace[i]);
 	fprintf(stderr, "--- mismatch: ");
@@ -257,9 +275,14 @@ static void check_state(struct world *w)
 			 (unsigned long long)ls.in_thread_caches,
 			 (unsigned long long)ls.free);
 	for (uint32_t b = 0; b < w->nb; b++) {
-		snprintf(what, sizeof(what), "kvp_block_refcount(%u)", b);
-		EXPECT_RC(what, kvp_block_refcount(w->pool, b),
-			  model_block_refcount(w->mp, b));
+		int lrc = kvp_block_refcount(w->pool, b),
+		    mrc = model_block_refcount(w->mp, b);
+
+		if (lrc != mrc) {
+			snprintf(what, sizeof(what), "kvp_block_refcount(%u)",
+				 b);
+			EXPECT_RC(what, lrc, mrc);
+		}
 	}
 	for (int i = 0; i < NMGR; i++) {
 		struct kvp_stats lst, mst;
@@ -272,33 +295,41 @@ static void check_state(struct world *w)
 							       mn = 0;
 			int lrc, mrc;
 
-			snprintf(what, sizeof(what), "kvp_seq_info(m%d, %llu)",
-				 i, (unsigned long long)seq_ids[j]);
+			/* The EXPECT macros evaluate `what` (SEQ_WHAT:
+			 * formatting, a third of an execution's time if
+			 * done for every call) only on a mismatch. */
+#define SEQ_WHAT(call)                                                         \
+	(snprintf(what, sizeof(what), call "(m%d, %llu)", i,                   \
+		  (unsigned long long)seq_ids[j]),                             \
+	 what)
 			lrc = kvp_seq_info(w->m[i], seq_ids[j], &li);
 			mrc = model_seq_info(w->mm[i], seq_ids[j], false, &mi);
-			EXPECT_RC(what, lrc, mrc);
+			EXPECT_RC(SEQ_WHAT("kvp_seq_info"), lrc, mrc);
 			if (lrc)
 				continue;
-			EXPECT_EQ(what, li.num_tokens, mi.num_tokens);
-			EXPECT_EQ(what, li.num_blocks, mi.num_blocks);
-			EXPECT_EQ(what, li.access_count, mi.access_count);
-			EXPECT_EQ(what, li.priority, mi.priority);
+			EXPECT_EQ(SEQ_WHAT("kvp_seq_info"), li.num_tokens,
+				  mi.num_tokens);
+			EXPECT_EQ(SEQ_WHAT("kvp_seq_info"), li.num_blocks,
+				  mi.num_blocks);
+			EXPECT_EQ(SEQ_WHAT("kvp_seq_info"), li.access_count,
+				  mi.access_count);
+			EXPECT_EQ(SEQ_WHAT("kvp_seq_info"), li.priority,
+				  mi.priority);
 			clocks[nclocks][0] = mi.last_access;
 			clocks[nclocks++][1] = li.last_access;
-			snprintf(what, sizeof(what),
-				 "kvp_seq_blocks(m%d, %llu)", i,
-				 (unsigned long long)seq_ids[j]);
 			lrc = kvp_seq_blocks(w->m[i], seq_ids[j], lb,
 					     MAX_BLOCKS + 1, &ln);
 			mrc = model_seq_blocks(w->mm[i], seq_ids[j], false,
 					       MAX_BLOCKS + 1, false, mb, &mn);
-			EXPECT_RC(what, lrc, mrc);
-			EXPECT_EQ(what, ln, mn);
+			EXPECT_RC(SEQ_WHAT("kvp_seq_blocks"), lrc, mrc);
+			EXPECT_EQ(SEQ_WHAT("kvp_seq_blocks"), ln, mn);
 			for (uint32_t k = 0; k < ln; k++)
 				if (lb[k] != mb[k])
 					mismatch("%s: entry %u: library block"
 						 " %u, model %u",
-						 what, k, lb[k], mb[k]);
+						 SEQ_WHAT("kvp_seq_blocks"), k,
+						 lb[k], mb[k]);
+#undef SEQ_WHAT
 		}
 		memset(&lst, 0xA5, sizeof(lst));
 		kvp_manager_stats(w->m[i], &lst);
@@ -456,6 +487,16 @@ static void make_layout(struct rd *r, struct kvp_layout *l)
 	*l = layouts[u8(r) % 4];
 }
 
+/* kvp_manager_create's return for cfg on this input's pool (the model's
+ * config check cannot see the pool's size, which the pin cap needs). */
+static int mgr_config_rc(const struct world *w,
+			 const struct kvp_manager_config *cfg, bool null_out)
+{
+	int rc = model_manager_config_rc(cfg, null_out);
+
+	return rc ? rc : model_manager_pins_rc(cfg, w->nb);
+}
+
 /*
  * A manager configuration: a valid one, or with `wild` (or a bit of the
  * input) anything from the tables of interesting values.
@@ -466,7 +507,7 @@ static struct kvp_manager_config mgr_config(struct world *w, struct rd *r,
 	/* Few valid ones, so that the cache below keeps them all. */
 	static const float thresholds[] = {0.0f, 0.5f, 1.0f, 0.25f};
 	static const float watermarks[] = {0.0f, 0.1f, 1e-9f, 0.5f};
-	struct kvp_manager_config c;
+	struct kvp_manager_config c, canon;
 	uint8_t b = u8(r), t = u8(r), m = (uint8_t)(t * 7 + b);
 
 	memset(&c, 0, sizeof(c));
@@ -476,8 +517,10 @@ static struct kvp_manager_config mgr_config(struct world *w, struct rd *r,
 	c.watermark = watermarks[t % 4];
 	if (b & 4)
 		c.flags = KVP_PREFIX_CACHE;
-	/* Pin caps: the default (a quarter of the pool), 1 and 2. */
-	c.max_pinned = (uint32_t)(m % 3);
+	/* Pin caps of prefix-caching managers: the default (a quarter of
+	 * the pool) or 1. */
+	c.max_pinned = (c.flags & KVP_PREFIX_CACHE) && (m & 8) ? 1 : 0;
+	canon = c;
 	if (wild || (b & 0xE0) == 0xE0) {
 		static const int bad_policy[] = {4, -1, 100, 0, 1, 2, 3, 0};
 		static const uint32_t bad_flags[] = {0, KVP_PREFIX_CACHE, 2,
@@ -492,19 +535,17 @@ static struct kvp_manager_config mgr_config(struct world *w, struct rd *r,
 		/* The pool's size, or one more (-EINVAL). */
 		if ((m & 0x30) == 0x30)
 			c.max_pinned = w->nb + (m & 1);
+		/* A wild configuration that happens to be valid becomes
+		 * the valid one of the same bytes: the slots' managers
+		 * then come from the 48 valid configurations, which the
+		 * cache below keeps all of (a manager outside it would
+		 * cost a destroy, 10 ms or more). */
+		if (!wild && mgr_config_rc(w, &c, false) == 0)
+			return canon;
 	}
 	return c;
 }
 
-/* kvp_manager_create's return for cfg on this input's pool (the model's
- * config check cannot see the pool's size, which the pin cap needs). */
-static int mgr_config_rc(const struct world *w,
-			 const struct kvp_manager_config *cfg, bool null_out)
-{
-	int rc = model_manager_config_rc(cfg, null_out);
-
-	return rc ? rc : model_manager_pins_rc(cfg, w->nb);
-}
 
 /*
  * Caches.  kvp_manager_destroy waits for an RCU barrier, and liburcu's
@@ -519,7 +560,7 @@ static int mgr_config_rc(const struct world *w,
  * entry is evicted, and then the pool must be whole.
  */
 #define POOL_CACHE 1024
-#define MGRS_PER_POOL 24 /* 16 valid configurations, and wild ones */
+#define MGRS_PER_POOL 96 /* 2 slots x the 48 valid configurations */
 
 struct pool_key {
 	uint32_t num_blocks, block_tokens, cache_blocks, flags;
@@ -1231,8 +1272,12 @@ static void op_checks(struct world *w, struct rd *r)
 		EXPECT_RC("kvp_pool_check", rc, (v & 8) ? -EINVAL : 0);
 		break;
 	case 1:
-		/* -EFAULT prints details: only now and then. */
+		/* -EFAULT prints details: only now and then.  And it walks
+		 * every manager of the pool (the cache keeps up to 64 per
+		 * pool): 85% of a long run's time if done every time. */
 		if (model_pool_raw_refs(w->mp) && (v & 0xF0) != 0xF0)
+			return;
+		if ((v & 0x30) != 0x30)
 			return;
 		rc = kvp_manager_check(w->m[i]);
 		note("kvp_manager_check(m%d) = %d", i, rc);
@@ -1295,10 +1340,9 @@ static void op_configs(struct world *w, struct rd *r)
 		bool null_cfg = (v & 6) == 6, null_out = (v & 6) == 4;
 		int rc;
 
-		/* A valid one costs a destroy (10 ms, see the caches):
-		 * rarely; the slots' managers are valid ones. */
-		if (mgr_config_rc(w, null_cfg ? NULL : &c, null_out) == 0 &&
-		    (v & 0xF0) != 0xF0)
+		/* A valid one would cost a destroy (10 ms or more, see the
+		 * caches): the slots' managers are the valid ones. */
+		if (mgr_config_rc(w, null_cfg ? NULL : &c, null_out) == 0)
 			return;
 		rc = kvp_manager_create(null_cfg ? NULL : &c,
 					null_out ? NULL : &m);
@@ -1719,6 +1763,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	memset(&w, 0, sizeof(w));
 	ntrace = 0;
+	if (trace_all < 0)
+		trace_all = getenv("KVP_FUZZ_TRACE") != NULL;
+	if (record_calls < 0 || trace_all)
+		record_calls = trace_all;
 #ifdef KVP_FAULT_INJECTION
 	fault_disarm(); /* an input may end with a fault armed */
 #endif
@@ -1784,8 +1832,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	for (int i = 0; i < NMGR; i++)
 		if (w.m[i])
 			mgr_close(&w, i);
-	if (trace_all < 0)
-		trace_all = getenv("KVP_FUZZ_TRACE") != NULL;
 	if (trace_all)
 		for (int k = 0; k < ntrace; k++)
 			fprintf(stderr, "  %3d %s\n", k, trace[k]);

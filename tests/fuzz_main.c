@@ -5,15 +5,22 @@
  * the model with any compiler.
  *
  *   fuzz_replay FILE...          each file is one input
- *   fuzz_replay --random N SEED  N inputs from a xorshift generator
+ *   fuzz_replay --random N SEED  N inputs from a xorshift generator (`make
+ *                                fuzz-long`: 10 M of them)
  */
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+void fuzz_api_record_calls(int on);
+
+/* Pool configurations of a --random run (16 of the 4,608 an
+ * input can name; another seed draws others). */
+#define NHEADERS 16
 
 static uint64_t rng;
 
@@ -46,31 +53,43 @@ int main(int argc, char **argv)
 	if (argc >= 3 && strcmp(argv[1], "--random") == 0) {
 		unsigned long n = strtoul(argv[2], NULL, 0), i;
 		static uint8_t buf[1024];
-		uint64_t headers[16];
+		uint32_t headers[NHEADERS];
+		struct timespec t0, t1;
+		double secs;
 
 		rng = argc > 3 ? strtoull(argv[3], NULL, 0) : 1;
 		rng = rng ? rng : 1;
-		for (i = 0; i < 16; i++)
-			headers[i] = next();
+		for (i = 0; i < NHEADERS; i++)
+			headers[i] = (uint32_t)next();
+		clock_gettime(CLOCK_MONOTONIC, &t0);
 		for (i = 0; i < n; i++) {
 			size_t len = 8 + next() % (sizeof(buf) - 8);
 
+			if (i && i % 250000 == 0) {
+				printf("fuzz_replay: %lu inputs\n", i);
+				fflush(stdout);
+			}
 			for (size_t k = 0; k < len; k++)
 				buf[k] = (uint8_t)next();
-			/* A few pool and manager configurations only: the
-			 * harness caches them (destroying a manager takes an
-			 * RCU barrier, 10 ms). */
-			if (next() % 16) {
-				uint64_t h = headers[next() % 16];
-
-				memcpy(buf, &h, sizeof(h));
-			}
+			/* The pool configuration (the first 4 bytes) from
+			 * NHEADERS drawn from the seed: the harness caches
+			 * pools, and evicting one destroys its managers,
+			 * each an RCU barrier (10 ms or more). */
+			memcpy(buf, &headers[next() % NHEADERS],
+			       sizeof(headers[0]));
 			LLVMFuzzerTestOneInput(buf, len);
 		}
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+		secs = (double)(t1.tv_sec - t0.tv_sec) +
+		       (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
 		printf("fuzz_replay: %lu random inputs, library and model"
-		       " agree\n", n);
+		       " agree (%.1f s, %.0f inputs/s)\n",
+		       n, secs, secs > 0 ? (double)n / secs : 0.0);
 		return 0;
 	}
+	/* Files are few and may be a failure's reproducer: the calls are
+	 * recorded, to be printed if the library and the model disagree. */
+	fuzz_api_record_calls(1);
 	for (int i = 1; i < argc; i++)
 		if (run_file(argv[i]))
 			return 1;

@@ -13,5 +13,10 @@ b=${top_builddir:-.}
 "$b/stress/stress_churn" 2000 8
 "$b/stress/stress_prefix" 3 2
 "$b/stress/stress_prefix" 3 2 --blocks 1024 --prefixes 32
-"$b/stress/stress_prefix" 3 2 --blocks 4096 --prefixes 16 --full 1
-"$b/stress/stress_prefix" 3 2 --blocks 512 --prefixes 16 --full 1 --retain 1
+# A pool full of cached blocks: the fill takes most of a short run under
+# TSan, so the run is long enough and the pool small enough for the
+# eviction share the program requires.
+"$b/stress/stress_prefix" 3 3 --blocks 2048 --prefixes 16 --full 1
+"$b/stress/stress_prefix" 3 3 --blocks 512 --prefixes 16 --full 1 --retain 1
+"$b/stress/stress_integrity" 3 2
+"$b/stress/stress_integrity" 3 2 --blocks 48 --full 1

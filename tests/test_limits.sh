@@ -1,0 +1,47 @@
+#!/bin/sh
+# Memory limits: under `ulimit -v`, pools and managers too large to
+# allocate fail with -ENOMEM and leak nothing (tests/limits_probe.c), and
+# `kvpool sim` exits with one clear line and status 1 whether the limit
+# is too small to start, to create the pool or to create the manager.
+b=${top_builddir:-.}
+lib="$b/lib/.libs/libkvpool.so"
+if [ -f "$lib" ] && readelf -d "$lib" 2>/dev/null | grep -qE "lib[at]san"; then
+	echo "SKIP: test_limits: a sanitizer's runtime reserves terabytes of" \
+		"address space, so ulimit -v cannot apply"
+	exit 77
+fi
+fails=0
+
+# Without glibc's per-thread cache of freed chunks, mallinfo2() counts
+# exactly the bytes in use.
+if ! (ulimit -v 300000 &&
+	GLIBC_TUNABLES=glibc.malloc.tcache_count=0 "$b/tests/limits_probe"); then
+	echo "test_limits: limits_probe failed" >&2
+	fails=$((fails + 1))
+fi
+
+# sim ULIMIT_KB PATTERN ARGS...: status 1 and one line matching PATTERN.
+sim() {
+	limit=$1 pattern=$2
+	shift 2
+	err=$( (ulimit -v "$limit" && "$b/tools/kvpool" sim "$@" >/dev/null) 2>&1)
+	rc=$?
+	lines=$(printf '%s\n' "$err" | wc -l)
+	if [ $rc -ne 1 ] || [ "$lines" -ne 1 ] ||
+		! printf '%s\n' "$err" | grep -q "$pattern"; then
+		echo "test_limits: kvpool sim $* under ulimit -v $limit:" \
+			"status $rc, want 1 and one line matching '$pattern':" >&2
+		printf '%s\n' "$err" >&2
+		fails=$((fails + 1))
+	else
+		echo "test_limits: ulimit -v $limit, sim $*: $err"
+	fi
+}
+sim 20000 "ulimit -v 20000 KB" --requests 100
+sim 150000 "leaves less than the 352 MB 16 threads need" --requests 100 \
+	--threads 16
+sim 400000 "kvp_pool_create(50000000 blocks): out of host memory" \
+	--requests 100 --blocks 50000000
+sim 400000 "kvp_manager_create: out of host memory" --requests 100 \
+	--blocks 3000000
+[ $fails -eq 0 ]
