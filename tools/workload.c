@@ -335,17 +335,41 @@ static void synth_free(struct synth *s)
 	builder_free(&s->b);
 }
 
-int wl_synthetic(struct workload *w, uint64_t seed, uint32_t nreq)
+/* A generator seeded with seed, for workload w (cleared); NULL if out
+ * of memory. */
+static struct synth *synth_new(struct workload *w, uint64_t seed)
 {
 	struct synth *s = calloc(1, sizeof(*s));
+
+	memset(w, 0, sizeof(*w));
+	if (s) {
+		s->rng.s = seed;
+		s->b.next_id = 1;
+	}
+	return s;
+}
+
+/* Hands what s generated (if rc is 0) to w, in arrival order, and frees
+ * s; returns rc or the sort's -ENOMEM.  w->name is the caller's. */
+static int synth_done(struct workload *w, struct synth *s, int rc)
+{
+	if (rc == 0)
+		rc = sort_by_arrival(&s->b);
+	if (rc == 0)
+		finish(w, &s->b, WL_SYNTH_UNIT);
+	synth_free(s);
+	free(s);
+	return rc;
+}
+
+int wl_synthetic(struct workload *w, uint64_t seed, uint32_t nreq)
+{
+	struct synth *s = synth_new(w, seed);
 	double horizon = (double)nreq * 100; /* ms */
 	int rc = 0;
 
-	memset(w, 0, sizeof(*w));
 	if (!s)
 		return -ENOMEM;
-	s->rng.s = seed;
-	s->b.next_id = 1;
 	for (int i = 0; i < SYN_SYSTEMS && rc == 0; i++) {
 		s->sys_len[i] = rng_log(&s->rng, 128, 2048);
 		s->sys_ids[i] = syn_ids(s, s->sys_len[i], NULL, 0);
@@ -364,16 +388,11 @@ int wl_synthetic(struct workload *w, uint64_t seed, uint32_t nreq)
 		else
 			rc = syn_oneshot(s, horizon);
 	}
+	rc = synth_done(w, s, rc);
 	if (rc == 0)
-		rc = sort_by_arrival(&s->b);
-	if (rc == 0) {
-		finish(w, &s->b, WL_SYNTH_UNIT);
 		snprintf(w->name, sizeof(w->name),
 			 "synthetic (seed %llu, %u requests)",
 			 (unsigned long long)seed, nreq);
-	}
-	synth_free(s);
-	free(s);
 	return rc;
 }
 
@@ -390,16 +409,13 @@ int wl_synthetic(struct workload *w, uint64_t seed, uint32_t nreq)
 int wl_synthetic_sysprompt(struct workload *w, uint64_t seed, uint32_t nreq,
 			   uint32_t sys_tokens)
 {
-	struct synth *s = calloc(1, sizeof(*s));
+	struct synth *s = synth_new(w, seed);
 	double horizon = (double)nreq * 100; /* ms */
 	uint32_t nsys = sys_tokens / WL_SYNTH_UNIT;
 	int rc = 0;
 
-	memset(w, 0, sizeof(*w));
 	if (!s)
 		return -ENOMEM;
-	s->rng.s = seed;
-	s->b.next_id = 1;
 	for (uint32_t k = 0; k < SYS_TENANTS && rc == 0; k++) {
 		s->sys_ids[k] = syn_ids(s, sys_tokens, NULL, 0);
 		if (!s->sys_ids[k])
@@ -414,18 +430,13 @@ int wl_synthetic_sysprompt(struct workload *w, uint64_t seed, uint32_t nreq,
 			     nsys))
 			rc = -ENOMEM;
 	}
+	rc = synth_done(w, s, rc);
 	if (rc == 0)
-		rc = sort_by_arrival(&s->b);
-	if (rc == 0) {
-		finish(w, &s->b, WL_SYNTH_UNIT);
 		snprintf(w->name, sizeof(w->name),
 			 "system prompts (%u tenants, %u tokens each; seed "
 			 "%llu, %u requests)",
 			 SYS_TENANTS, sys_tokens, (unsigned long long)seed,
 			 nreq);
-	}
-	synth_free(s);
-	free(s);
 	return rc;
 }
 
