@@ -60,6 +60,28 @@ static inline struct kvp_pool *mkpool(uint32_t num_blocks,
 	return p;
 }
 
+/* A pool without thread caches: free counts and eviction order exact. */
+static inline struct kvp_pool *mkpool_nc(uint32_t num_blocks)
+{
+	return mkpool(num_blocks, 0, KVP_POOL_NOCACHE, NULL);
+}
+
+/* The manager c describes; the test fails if it cannot be created. */
+static inline struct kvp_manager *mkmgr_cfg(const struct kvp_manager_config *c)
+{
+	struct kvp_manager *m = NULL;
+	int rc = kvp_manager_create(c, &m);
+
+	ck_assert_msg(rc == 0,
+		      "kvp_manager_create(policy %d, threshold %g, "
+		      "watermark %g, flags %#x, max_pinned %u) = %d (%s)",
+		      (int)c->policy, (double)c->eviction_threshold,
+		      (double)c->watermark, c->flags, c->max_pinned, rc,
+		      kvp_strerror(rc));
+	ck_assert_ptr_nonnull(m);
+	return m;
+}
+
 /* Worker threads record their first failure here. */
 struct errbuf {
 	char msg[256];

@@ -96,17 +96,11 @@ static struct kvp_pool *mkpool_bt(uint32_t num_blocks, uint32_t bt,
 static struct kvp_manager *mkmgr(struct kvp_pool *p)
 {
 	struct kvp_manager_config c;
-	struct kvp_manager *m = NULL;
-	int rc;
 
 	memset(&c, 0, sizeof(c));
 	c.pool = p;
 	c.policy = KVP_EVICT_LRU;
-	rc = kvp_manager_create(&c, &m);
-	ck_assert_msg(rc == 0, "kvp_manager_create = %d (%s)", rc,
-		      kvp_strerror(rc));
-	ck_assert_ptr_nonnull(m);
-	return m;
+	return mkmgr_cfg(&c);
 }
 
 /* splitmix64: a byte pattern distinct per key. */

@@ -203,16 +203,11 @@ static unsigned fault_disarm(void)
 static struct kvp_manager *mkmgr(struct kvp_pool *p)
 {
 	struct kvp_manager_config c;
-	struct kvp_manager *m = NULL;
-	int rc;
 
 	memset(&c, 0, sizeof(c));
 	c.pool = p;
 	c.policy = KVP_EVICT_LRU;
-	rc = kvp_manager_create(&c, &m);
-	ck_assert_msg(rc == 0, "kvp_manager_create = %d (%s)", rc,
-		      kvp_strerror(rc));
-	return m;
+	return mkmgr_cfg(&c);
 }
 
 static void expect_mgr_same(const struct kvp_stats *a,

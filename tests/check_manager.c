@@ -41,12 +41,6 @@ static uint32_t blocks_for(uint32_t tokens)
 	return tokens / BT + (tokens % BT != 0);
 }
 
-/* A pool without thread caches: every free count is exact. */
-static struct kvp_pool *mkpool_nc(uint32_t num_blocks)
-{
-	return mkpool(num_blocks, 0, KVP_POOL_NOCACHE, NULL);
-}
-
 static struct kvp_manager_config mcfg(struct kvp_pool *p, enum kvp_policy pol)
 {
 	struct kvp_manager_config c;
@@ -55,20 +49,6 @@ static struct kvp_manager_config mcfg(struct kvp_pool *p, enum kvp_policy pol)
 	c.pool = p;
 	c.policy = pol;
 	return c;
-}
-
-static struct kvp_manager *mkmgr_cfg(const struct kvp_manager_config *c)
-{
-	struct kvp_manager *m = NULL;
-	int rc = kvp_manager_create(c, &m);
-
-	ck_assert_msg(rc == 0,
-		      "kvp_manager_create(policy %d, threshold %g, "
-		      "watermark %g) = %d (%s)",
-		      (int)c->policy, (double)c->eviction_threshold,
-		      (double)c->watermark, rc, kvp_strerror(rc));
-	ck_assert_ptr_nonnull(m);
-	return m;
 }
 
 static struct kvp_manager *mkmgr_full(struct kvp_pool *p, enum kvp_policy pol,

@@ -42,27 +42,15 @@
 
 /* ------------------------------------------------------------ helpers */
 
-/* A pool without thread caches: free counts and eviction order exact. */
-static struct kvp_pool *mkpool_nc(uint32_t num_blocks)
-{
-	return mkpool(num_blocks, 0, KVP_POOL_NOCACHE, NULL);
-}
-
 static struct kvp_manager *mkmgr_flags(struct kvp_pool *p, uint32_t flags)
 {
 	struct kvp_manager_config c;
-	struct kvp_manager *m = NULL;
-	int rc;
 
 	memset(&c, 0, sizeof(c));
 	c.pool = p;
 	c.policy = KVP_EVICT_LRU;
 	c.flags = flags;
-	rc = kvp_manager_create(&c, &m);
-	ck_assert_msg(rc == 0, "kvp_manager_create(flags %#x) = %d (%s)",
-		      flags, rc, kvp_strerror(rc));
-	ck_assert_ptr_nonnull(m);
-	return m;
+	return mkmgr_cfg(&c);
 }
 
 /* A manager with the prefix cache. */

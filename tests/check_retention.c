@@ -21,26 +21,17 @@
 #define BT CHECK_BLOCK_TOKENS
 #define MAXB 16u
 
-static struct kvp_pool *mkpool_nc(uint32_t num_blocks)
-{
-	return mkpool(num_blocks, 0, KVP_POOL_NOCACHE, NULL);
-}
-
-static struct kvp_manager *mkmgr_pinned(struct kvp_pool *p, uint32_t max_pinned)
+static struct kvp_manager *mkmgr_pinned(struct kvp_pool *p,
+					uint32_t max_pinned)
 {
 	struct kvp_manager_config c;
-	struct kvp_manager *m = NULL;
-	int rc;
 
 	memset(&c, 0, sizeof(c));
 	c.pool = p;
 	c.policy = KVP_EVICT_LRU;
 	c.flags = KVP_PREFIX_CACHE;
 	c.max_pinned = max_pinned;
-	rc = kvp_manager_create(&c, &m);
-	ck_assert_msg(rc == 0, "kvp_manager_create = %d (%s)", rc,
-		      kvp_strerror(rc));
-	return m;
+	return mkmgr_cfg(&c);
 }
 
 static struct kvp_manager *mkpmgr(struct kvp_pool *p)
