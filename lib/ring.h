@@ -21,9 +21,10 @@
  *   seq == p             free: the producer of p may write the cell;
  *   seq == p + 1         full: the consumer of p may read it;
  *   seq == p + capacity  free again, for the producer of p + capacity.
- * ring_create sets cell i's seq to i.  Each value of a cell's seq is
- * stored by one thread (the producer or the consumer of one position), so
- * a load that sees the value a thread waits for read that thread's store.
+ * ring_create sets cell i's seq to i.  Every later value of a cell's seq
+ * is stored by one thread (the producer or the consumer of one position),
+ * so a load that sees the value a thread waits for read that thread's
+ * store.
  *
  * Reservation.  A push of n reserves positions [pos, pos + n) with one
  * fetch_add on tail.  A pop reads head h and tail t and reserves
@@ -255,10 +256,11 @@ static inline uint32_t ring_pop(struct kvp_ring *r, uint32_t *ids, uint32_t max)
 }
 
 /*
- * Entries now: tail - head, counting positions pushes reserved and pops
- * have not.  Exact at quiescence; while threads run, approximate (never
- * negative; may briefly exceed the entries by pushes under way).  No
- * barrier for the caller.
+ * Entries now: tail - head, the positions pushes have reserved and pops
+ * have not.  Exact at quiescence; while threads run, approximate: never
+ * negative, but a pop that reserves between its two loads is not
+ * subtracted, so it may briefly exceed the entries.  No barrier for the
+ * caller.
  */
 static inline uint64_t ring_count(const struct kvp_ring *r)
 {
