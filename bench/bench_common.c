@@ -436,15 +436,20 @@ void bench_thread_join(pthread_t tid)
 
 static double *results, *others_res;
 static double *samples, *sample_others; /* [peer][rep] */
-static unsigned res_nthreads, res_npeers, res_reps;
+/* Every stored cell's samples: [workload][thread index][peer][rep]. */
+static double *cell_samples;
+static unsigned res_nwl, res_nthreads, res_npeers, res_reps;
 static unsigned n_noisy, n_pass, n_fail, n_skip;
 
 void bench_res_init(unsigned nwl, unsigned nthreads, unsigned npeers,
 		    unsigned reps)
 {
+	res_nwl = nwl;
 	res_nthreads = nthreads;
 	res_npeers = npeers;
 	res_reps = reps;
+	cell_samples = bench_xcalloc((size_t)nwl * nthreads * npeers * reps,
+				     sizeof(double));
 	results = bench_xcalloc((size_t)nwl * nthreads * npeers,
 				sizeof(double));
 	others_res = bench_xcalloc((size_t)nwl * nthreads * npeers,
@@ -457,6 +462,7 @@ void bench_res_free(void)
 {
 	free(samples);
 	free(sample_others);
+	free(cell_samples);
 	free(others_res);
 	free(results);
 }
@@ -493,12 +499,44 @@ void bench_res_store(unsigned w, unsigned ti, unsigned p)
 	double worst = 0;
 
 	*bench_res(w, ti, p) = bench_median(bench_sample(p, 0), reps);
+	memcpy(&cell_samples[res_index(w, ti, p) * reps], bench_sample(p, 0),
+	       reps * sizeof(double));
 	for (unsigned rep = 0; rep < reps && worst >= 0; rep++)
 		if (others[rep] < 0)
 			worst = -1;
 		else if (others[rep] > worst)
 			worst = others[rep];
 	*bench_res_others(w, ti, p) = worst;
+}
+
+double bench_res_scaling(unsigned w, unsigned ti_hi, unsigned ti_lo,
+			 unsigned p)
+{
+	if (*bench_res(w, ti_hi, p) <= 0 || *bench_res(w, ti_lo, p) <= 0)
+		return 0;
+	return bench_paired_ratio(
+		&cell_samples[res_index(w, ti_hi, p) * res_reps],
+		&cell_samples[res_index(w, ti_lo, p) * res_reps], res_reps);
+}
+
+void bench_print_own_scaling(const struct bench_opts *o,
+			     const char *const *wl_name, unsigned p)
+{
+	int i1 = bench_find_threads(o, 1), i2 = bench_find_threads(o, 2);
+
+	if (i1 < 0 || i2 < 0) {
+		printf("  [INFO] kvpool's own 2 threads / 1 thread: needs 1 "
+		       "and 2 threads\n");
+		return;
+	}
+	for (unsigned w = 0; w < res_nwl; w++) {
+		double r = bench_res_scaling(w, (unsigned)i2, (unsigned)i1, p);
+
+		if (wl_name[w] && r > 0)
+			printf("  [INFO] kvpool's own 2 threads / 1 thread, "
+			       "%s: %.2fx (median of %u paired runs)\n",
+			       wl_name[w], r, res_reps);
+	}
 }
 
 double bench_ns_per_op(double mops, unsigned threads)

@@ -1,8 +1,10 @@
 /*
  * bench_common.h - measurement scaffolding shared by the benchmarks
- * (bench_pool, bench_seq): errors, options, the barrier / stop-flag timed
- * window with its CPU-load ("others") sampling from /proc/stat, the table
- * of medians, the targets' verdicts and the CSV file.
+ * (bench_pool, bench_seq, bench_prefix, bench_evict): errors, options, the
+ * barrier / stop-flag timed window with its CPU-load ("others") sampling
+ * from /proc/stat, the table of medians, kvpool's own 2-thread over
+ * 1-thread scaling (every workload, paired runs), the targets' verdicts
+ * and the CSV file.
  *
  * Each program defines bench_prog, its name, which prefixes every message.
  */
@@ -187,6 +189,23 @@ double bench_median(const double *v, unsigned n);
  */
 double bench_paired_ratio(const double *num, const double *den,
 			  unsigned reps);
+
+/*
+ * Scaling of peer p on workload w: bench_paired_ratio of cell (w, ti_hi, p)
+ * over cell (w, ti_lo, p), rep k against rep k, from the samples
+ * bench_res_store kept; 0 if either cell was not stored.
+ */
+double bench_res_scaling(unsigned w, unsigned ti_hi, unsigned ti_lo,
+			 unsigned p);
+
+/*
+ * Every benchmark's report of kvpool's own 2-thread over 1-thread
+ * throughput: one "[INFO]" line per workload w with a non-NULL wl_name[w]
+ * whose cells of peer p (kvpool's) at 1 and 2 threads were stored, with
+ * bench_res_scaling's paired median.
+ */
+void bench_print_own_scaling(const struct bench_opts *o,
+			     const char *const *wl_name, unsigned p);
 
 /* threads * 1e3 / mops: the wall time one thread spends per op, in ns. */
 double bench_ns_per_op(double mops, unsigned threads);

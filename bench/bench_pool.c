@@ -738,6 +738,7 @@ static void print_targets(const struct opts *o)
 			bench_verdict(k <= 3 * b, line);
 	}
 
+	bench_print_own_scaling(&o->common, wl_name, P_KVPOOL);
 	bench_targets_summary();
 }
 

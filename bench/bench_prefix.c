@@ -538,6 +538,7 @@ int main(int argc, char **argv)
 	}
 	if (o.flood)
 		flood(&o, c->reps);
+	bench_print_own_scaling(c, wl_name, 0);
 	bench_targets_summary();
 	bench_report_busy("after");
 

@@ -855,6 +855,7 @@ static void print_targets(const struct opts *o)
 	target_oversub(o, "(5)", WL_DECODE);
 	target_oversub(o, "(6)", WL_FORK);
 	target_oversub(o, "(7)", WL_FULL);
+	bench_print_own_scaling(&o->common, wl_name, P_KVPOOL);
 	bench_targets_summary();
 }
 

@@ -708,7 +708,7 @@ KVP_API int kvp_seq_commit(struct kvp_manager *m, uint64_t seq,
 			   const struct kvp_hash *hashes, uint32_t nhashes);
 
 /*
- * Retention (TensorRT-LLM's KvCacheRetentionConfig, DESIGN.md 2.3).  A
+ * Retention (TensorRT-LLM's KvCacheRetentionConfig).  A
  * cached block has a retention priority from KVP_RETAIN_DEFAULT (0) to
  * KVP_RETAIN_PIN (15).  When an allocation must evict, it takes idle
  * cached blocks of the lowest priority first, least recently freed first

@@ -1,17 +1,18 @@
 /*
  * alloc.c - host memory for the library's own structures.
  *
- * DESIGN.md section 4: a shared library that links Debian's libjemalloc
- * cannot be dlopen()ed (initial-exec TLS), which would break Python ctypes
- * users.  So by default the library does not link jemalloc; on first use it
+ * A shared library that links Debian's libjemalloc cannot be dlopen()ed
+ * (initial-exec TLS), which would break Python ctypes users.  So by
+ * default the library does not link jemalloc; on first use it
  * looks jemalloc up in the process (dlsym(RTLD_DEFAULT)) and, if present,
  * allocates from a private arena with mallocx/sdallocx.  Built with
  * --with-jemalloc=yes the library links jemalloc and always uses it.
  * Sanitizer builds never use it: they cannot see mallocx allocations.
  *
  * Also the identities of allocated objects (kvp_next_uid) and the request
- * for transparent huge pages (kvp_advise_huge).  Layer 2 of DESIGN.md
- * section 2: calls nothing of the library's above compiler.h.
+ * for transparent huge pages (kvp_advise_huge).  Floor 2 of lib/
+ * (doc/architecture.md, "Layers"): calls nothing of the library's above
+ * compiler.h.
  */
 #include <dlfcn.h>
 #include <pthread.h>

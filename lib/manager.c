@@ -23,9 +23,9 @@
  * Fork against free of the source: fork takes one reference on each of the
  * source's blocks while holding the source's lock and seeing it alive.  A
  * free either set dead before (fork reports -ENOENT, takes nothing) or
- * waits for the lock and drops only the source's own references: the
- * fork's references keep every block alive.  The new sequence is inserted
- * with add_unique; if the id is taken, the fork drops the references it
+ * waits for the lock and drops only the source's own references: the fork's
+ * references keep every block alive.  The new sequence is inserted with
+ * seqmap_insert(); if the id is taken, the fork drops the references it
  * took and reports -EEXIST.
  *
  * Append against fork of the same sequence are serialised by the lock, so

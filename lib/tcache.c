@@ -26,7 +26,7 @@
  *    Where membarrier is unavailable, both sides use a seq_cst fence.  The
  *    owner never blocks while busy (no lock is taken inside an operation),
  *    so the drainer's wait is bounded by one operation, plus preemption.
- *    An owner that found drain = 1 waits on the pool's drain_lock, which
+ *    An owner that found drain = 1 waits on the depot's drain_lock, which
  *    the drainer holds throughout, and retries; it then loads drain = 0
  *    with acquire, pairing with the drainer's release store, and sees the
  *    drained count.

@@ -12,8 +12,9 @@
  *                                                        for `busy` to clear;
  *                                                        the owner backs off
  *                                                        when `drain` is set
- *   drain            vs  drain (same pool)              serialised by
- *                                                        pool->drain_lock
+ *   drain            vs  drain (same pool)              serialised by the
+ *                                                        depot's drain_lock
+ *                                                        (pool->depot)
  *   stats walk       vs  everything                     safe (relaxed reads)
  */
 #ifndef KVP_TCACHE_H
@@ -31,8 +32,8 @@ struct tcache;
 struct tcache_depot;
 
 /*
- * Parked references (DESIGN.md section 2.1): a thread may keep the
- * reference it releases on a hot cached block, so that its next hit on
+ * Parked references (doc/architecture.md, "The pool"): a thread may keep
+ * the reference it releases on a hot cached block, so that its next hit on
  * that block takes it back with no atomic on the block's state word.  A
  * cache parks at most KVP_PARK_SLOTS, direct-mapped: block b in slot
  * b & (KVP_PARK_SLOTS - 1).  The pool decides what to park (pool.c); this

@@ -4,7 +4,7 @@
  * kvpool's own synchronisation is C11 atomics, which TSan understands.  Two
  * hand-offs are invisible to it and are annotated here:
  *  - liburcu's atomics are inline asm (publish a node, look it up, reclaim it
- *    after a grace period): see DESIGN.md section 4;
+ *    after a grace period): rcu.h has the annotations' protocol;
  *  - the thread-cache drain protocol orders the owner against the drainer
  *    with membarrier(2), which TSan does not model.  In every execution the
  *    drainer also acquires the owner's release of its `busy` word, so no

@@ -4,8 +4,9 @@
  * kvp_seq_read, kvp_seq_gather, copy-on-write of bytes, KVP_POOL_ZERO).
  *
  * Every expectation below comes from the documentation in kvpool.h and the
- * block layout of DESIGN.md: a block is [layer][K,V][token][head][dim], so
- * the K row of token t (t = pos % block_tokens) of layer l starts at
+ * block layout of the pool (doc/architecture.md, "The pool"): a block is
+ * [layer][K,V][token][head][dim], so the K row of token t
+ * (t = pos % block_tokens) of layer l starts at
  * ((l * 2 + 0) * block_tokens + t) * row_bytes and its V row at
  * ((l * 2 + 1) * block_tokens + t) * row_bytes.  Worker threads never call
  * ck_assert; they record their first failure in a buffer that the main

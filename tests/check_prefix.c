@@ -6,12 +6,13 @@
  * kvp_pool_stats).
  *
  * Every expectation below comes from the documentation in kvpool.h and
- * DESIGN.md section 2.3, and follows the public behaviour of vLLM's prefix
- * caching (only full blocks are cached, hits capped at num_tokens - 1,
- * never-cached free blocks are reused before cached ones, the least
- * recently freed cached block is evicted first, a request's blocks are
- * freed tail first, salts and LoRA names isolate, a failed allocation
- * touches nothing, reset fails while blocks are in use, KV events).
+ * doc/architecture.md ("The prefix store"), and follows the public
+ * behaviour of vLLM's prefix caching (only full blocks are cached, hits
+ * capped at num_tokens - 1, never-cached free blocks are reused before
+ * cached ones, the least recently freed cached block is evicted first, a
+ * request's blocks are freed tail first, salts and LoRA names isolate, a
+ * failed allocation touches nothing, reset fails while blocks are in use,
+ * KV events).
  *
  * Pools have 16 tokens per block and no per-thread caches unless a test
  * says otherwise, so free counts and the eviction order are exact.  Token

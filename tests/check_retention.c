@@ -1,9 +1,9 @@
 /*
  * check_retention.c - unit tests of cached-block retention (kvpool.h,
- * kvp_seq_commit_retained; DESIGN.md 2.3): lower priorities are evicted
- * first, least recently freed first within a priority; token ranges;
- * expiry by the retention clock; the pin cap; a hit keeps its priority
- * unless a commit raises it.
+ * kvp_seq_commit_retained; doc/architecture.md, "Idle rings"): lower
+ * priorities are evicted first, least recently freed first within a
+ * priority; token ranges; expiry by the retention clock; the pin cap; a hit
+ * keeps its priority unless a commit raises it.
  *
  * Pools have no thread caches (KVP_POOL_NOCACHE): evictions happen one
  * allocation at a time, in the exact order, so a test can tell which

@@ -196,7 +196,7 @@ int model_manager_pins_rc(const struct kvp_manager_config *cfg,
 uint64_t model_evictable(const struct model_pool *mp);
 
 /*
- * The contract's approximate eviction order (DESIGN.md 2.3): an
+ * The approximate eviction order (doc/architecture.md, "Idle rings"): an
  * allocation may evict blocks ahead of its need into its thread's cache.
  * Accepts, after a call, one more eviction the library reported (a
  * REMOVED event of manager mm for hash h) if it is the next block in

@@ -1,6 +1,6 @@
 #!/bin/sh
 # The built shared library must load through Python ctypes (dlopen): no
-# initial-exec TLS from a linked jemalloc (DESIGN.md section 4).
+# initial-exec TLS from a linked jemalloc (lib/alloc.c explains why).
 set -e
 b=${top_builddir:-.}
 s=${top_srcdir:-.}

@@ -1,8 +1,8 @@
 #!/bin/sh
-# lib/ is layered (DESIGN.md section 2): no file calls a file that calls it
-# back, directly or around a circle.  tools/lib-callgraph.py prints the
-# call graph between lib/'s files from the objects and the headers' inline
-# functions, and fails on a cycle.
+# lib/ is layered (doc/architecture.md, "Layers"): no file calls a file that
+# calls it back, directly or around a circle.  tools/lib-callgraph.py prints
+# the call graph between lib/'s files from the objects and the headers'
+# inline functions, and fails on a cycle.
 b=${top_builddir:-.}
 s=${top_srcdir:-.}
 py=${PYTHON:-python3}
