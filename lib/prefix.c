@@ -146,6 +146,13 @@ static inline uint32_t retain_level(uint64_t w, uint64_t now)
 struct prefix_pool {
 	struct kvp_pool *pool; /* immutable */
 	struct prefix_block *blk; /* the records; the pointer immutable */
+	/* reg[b]: {gen & 0xffff, owner's uid} while b is registered by a
+	 * manager (set before CACHED, cleared before b stops being cached),
+	 * else 0.  A dense copy of what decides whether a table slot is
+	 * live, so that an insert's scan reads 8 bytes per slot, not a
+	 * record's line.  Synchronization: atomic (release by the writer
+	 * after the record; acquire by readers). */
+	_Atomic uint64_t *reg;
 	struct idle *idle;	  /* immutable */
 	/* Set (never cleared) once a block was committed above the default
 	 * priority: until then releases read no retention word.  Relaxed:
@@ -200,29 +207,32 @@ static inline bool rec_is(const struct prefix_block *r,
 		0xffffu) == 0;
 }
 
-/* ptable_ops: a slot {gen, b} of pc's table is live. */
-static bool rec_live(void *ctx, uint32_t b, uint32_t gen)
+static inline uint64_t reg_make(const struct prefix_cache *pc, uint32_t gen)
+{
+	return (uint64_t)(gen & 0xffffu) << 32 | pc->uid;
+}
+
+static inline void reg_set(struct prefix_pool *pp, uint32_t b, uint64_t v)
+{
+	/* Release: the record before the word (rec_live's acquire). */
+	atomic_store_explicit(&pp->reg[b], v, memory_order_release);
+}
+
+/* Whether slot {gen, b} of pc's table is live. */
+static bool rec_live(struct prefix_cache *pc, uint32_t b, uint32_t gen)
+{
+	/* Acquire: the record as its registrar wrote it before the word. */
+	return atomic_load_explicit(&pc->pp->reg[b], memory_order_acquire) ==
+	       reg_make(pc, gen);
+}
+
+/* ptable_owner's holds: b's record caches w (its slot is live). */
+static bool rec_holds(void *ctx, uint32_t b, const uint64_t w[4])
 {
 	struct prefix_cache *pc = ctx;
 
-	/* Acquire: the record as the registration that set CACHED wrote
-	 * it (pairs with bstate_cache's release). */
-	return bstate_is_cached(pool_block_word_acquire(pc->pool, b)) &&
-	       rec_is(&pc->pp->blk[b], pc, gen);
+	return hash_is(&pc->pp->blk[b], w);
 }
-
-/* ptable_ops: the slot is live and its block caches w. */
-static bool rec_holds(void *ctx, uint32_t b, uint32_t gen, const uint64_t w[4])
-{
-	struct prefix_cache *pc = ctx;
-
-	return rec_live(ctx, b, gen) && hash_is(&pc->pp->blk[b], w);
-}
-
-static const struct ptable_ops prefix_table_ops = {
-	.live = rec_live,
-	.holds = rec_holds,
-};
 
 /* Takes b's retention word from w to the default priority: whoever
  * clears a pin uncounts it.  Returns false if w was no longer b's word. */
@@ -243,9 +253,15 @@ static bool retain_demote(struct prefix_block *r, struct prefix_cache *pc,
  * uncounted).  By whoever holds it alone, or before the uncaching CAS. */
 static void forget_retention(struct prefix_block *r, struct prefix_cache *pc)
 {
-	/* Relaxed: the word orders nothing but itself. */
-	uint64_t w = atomic_exchange_explicit(&r->retain, 0,
-					      memory_order_relaxed);
+	uint64_t w;
+
+	/* Relaxed: the word orders nothing but itself.  Most blocks have
+	 * none: no read-modify-write for them (a raise needs the owner to
+	 * hold the block, which whoever forgets it excludes or races only
+	 * through the exchange below). */
+	if (!atomic_load_explicit(&r->retain, memory_order_relaxed))
+		return;
+	w = atomic_exchange_explicit(&r->retain, 0, memory_order_relaxed);
 
 	if (retain_prio(w) == KVP_RETAIN_PIN)
 		atomic_fetch_sub_explicit(&pc->pinned, 1, memory_order_relaxed);
@@ -389,10 +405,15 @@ static int prefix_pool_make(struct kvp_pool *pool, void **ctx)
 	 * huge pages spare them a TLB miss each in a large pool. */
 	if (pp->blk)
 		kvp_advise_huge(pp->blk, (size_t)n * sizeof(*pp->blk));
-	if (!pp->blk || idle_create(pool, &pp->idle) != 0) {
+	pp->reg = kvp_malloc_aligned(KVP_CACHELINE,
+				     (size_t)n * sizeof(*pp->reg));
+	if (!pp->blk || !pp->reg || idle_create(pool, &pp->idle) != 0) {
 		if (pp->blk)
 			kvp_free_aligned(pp->blk, KVP_CACHELINE,
 					 (size_t)n * sizeof(*pp->blk));
+		if (pp->reg)
+			kvp_free_aligned(pp->reg, KVP_CACHELINE,
+					 (size_t)n * sizeof(*pp->reg));
 		kvp_free_aligned(pp, KVP_CACHELINE, sizeof(*pp));
 		return -ENOMEM;
 	}
@@ -402,6 +423,7 @@ static int prefix_pool_make(struct kvp_pool *pool, void **ctx)
 			atomic_init(&pp->blk[b].hash[i], 0);
 		atomic_init(&pp->blk[b].retain, 0);
 		atomic_init(&pp->blk[b].gen, 0);
+		atomic_init(&pp->reg[b], 0);
 	}
 	atomic_init(&pp->retained, false);
 	atomic_init(&pp->evictable, 0);
@@ -419,6 +441,7 @@ static void prefix_pool_free(void *ctx)
 	uint32_t n = pp->pool->num_blocks;
 
 	idle_destroy(pp->idle);
+	kvp_free_aligned(pp->reg, KVP_CACHELINE, (size_t)n * sizeof(*pp->reg));
 	kvp_free_aligned(pp->blk, KVP_CACHELINE, (size_t)n * sizeof(*pp->blk));
 	kvp_free_aligned(pp, KVP_CACHELINE, sizeof(*pp));
 }
@@ -504,6 +527,7 @@ static void evict_finish(struct prefix_pool *pp, const uint32_t *ids,
 		}
 		prefix_emit(pc, KVP_EVENT_REMOVED, hashes, k, NULL);
 		for (uint32_t j = i; j < i + k; j++) {
+			reg_set(pp, ids[j], 0);
 			forget_retention(&pp->blk[ids[j]], pc);
 			atomic_store_explicit(&pp->blk[ids[j]].owner, NULL,
 					      memory_order_relaxed);
@@ -602,6 +626,12 @@ static int prefix_check_pool(void *ctx)
 		    !atomic_load_explicit(&pp->blk[b].owner,
 					  memory_order_relaxed))
 			check_fail("cached block %u has no owner\n", b);
+		if (bstate_is_cached(s) !=
+		    (atomic_load_explicit(&pp->reg[b], memory_order_relaxed) !=
+		     0))
+			check_fail("block %u: cached flag and registration "
+				   "disagree\n",
+				   b);
 		if (!bstate_is_cached(s) &&
 		    atomic_load_explicit(&pp->blk[b].retain,
 					 memory_order_relaxed))
@@ -632,12 +662,21 @@ static const struct pool_reclaimer prefix_reclaimer = {
 /* Manager side                                                        */
 /* ------------------------------------------------------------------ */
 
+/* The uids of prefix caches, one per cache for the process's life (0 is
+ * never one: it marks an unregistered block). */
+static _Atomic uint32_t prefix_uids;
+
 int prefix_cache_init(struct prefix_cache *pc, struct kvp_pool *pool,
 		      uint32_t max_pinned)
 {
 	int err;
 
 	memset(pc, 0, sizeof(*pc));
+	/* Relaxed: a unique number. */
+	do
+		pc->uid = atomic_fetch_add_explicit(&prefix_uids, 1,
+						    memory_order_relaxed) + 1;
+	while (pc->uid == 0);
 	pc->pool = pool;
 	pc->block_tokens = pool->block_tokens;
 	pc->max_pinned = max_pinned;
@@ -663,6 +702,10 @@ int prefix_cache_init(struct prefix_cache *pc, struct kvp_pool *pool,
 	}
 	/* Only prefix.c registers a reclaimer. */
 	pc->pp = pool_reclaimer_ctx(pool);
+	pc->owner.reg = pc->pp->reg;
+	pc->owner.uid = pc->uid;
+	pc->owner.holds = rec_holds;
+	pc->owner.ctx = pc;
 	return 0;
 }
 
@@ -851,6 +894,11 @@ bool prefix_store_begin(struct prefix_cache *pc)
 	/* Acquire: the reset's CLEARED before our STOREDs (pairs with the
 	 * release that lowers the flag). */
 	return atomic_load_explicit(&pc->resetting, memory_order_acquire) == 0;
+}
+
+void prefix_store_warm(struct prefix_cache *pc, uint64_t key)
+{
+	ptable_prefetch_owners(pc->table, key, &pc->owner);
 }
 
 void prefix_store_end(struct prefix_cache *pc, uint32_t n)
@@ -1087,9 +1135,10 @@ int prefix_store(struct prefix_cache *pc, uint32_t b, const struct kvp_hash *h,
 	atomic_store_explicit(&r->owner, pc, memory_order_relaxed);
 	atomic_store_explicit(&r->retain, retain, memory_order_relaxed);
 	atomic_store_explicit(&r->gen, gen, memory_order_relaxed);
+	reg_set(pc->pp, b, reg_make(pc, gen));
 	/* Release: the record before CACHED (bstate.h). */
 	pool_block_cache(pool, b);
-	res = ptable_insert(pc->table, key, w, b, gen, &prefix_table_ops, pc);
+	res = ptable_insert(pc->table, key, w, b, gen, &pc->owner);
 	if (res == PTABLE_STORED) {
 		if (retain)
 			retain_mark(pc->pp, retain_prio(retain));
@@ -1098,6 +1147,7 @@ int prefix_store(struct prefix_cache *pc, uint32_t b, const struct kvp_hash *h,
 	/* Withdrawn: the retention first (a pin uncounted), then CACHED.
 	 * A hit that took b meanwhile keeps it, uncached.  Only a reset
 	 * may have uncached it first. */
+	reg_set(pc->pp, b, 0);
 	forget_retention(r, pc);
 	(void)pool_block_uncache(pool, b);
 	if (res == PTABLE_FULL)
@@ -1110,10 +1160,7 @@ int prefix_store(struct prefix_cache *pc, uint32_t b, const struct kvp_hash *h,
  * and a reset's snapshot; the state CASes decide). */
 static bool slot_live(struct prefix_cache *pc, uint64_t v)
 {
-	return v && bstate_is_cached(pool_block_word(pc->pool,
-						     ptable_slot_block(v))) &&
-	       rec_is(&pc->pp->blk[ptable_slot_block(v)], pc,
-		      ptable_slot_gen(v));
+	return v && rec_live(pc, ptable_slot_block(v), ptable_slot_gen(v));
 }
 
 /* Whether a live block of pc is held (a reset's -EBUSY). */
@@ -1150,6 +1197,7 @@ static bool clear_one(struct prefix_cache *pc, uint32_t b, uint32_t *freed,
 		if (!bstate_is_cached(s) || (s & KVP_ST_EVICTING))
 			return false;
 		if (pool_block_take_idle(pc->pool, b)) {
+			reg_set(pc->pp, b, 0);
 			forget_retention(r, pc);
 			atomic_store_explicit(&r->owner, NULL,
 					      memory_order_relaxed);
@@ -1162,6 +1210,7 @@ static bool clear_one(struct prefix_cache *pc, uint32_t b, uint32_t *freed,
 		 * ours (after the CAS its holders may free it, and a new
 		 * registrar write its record); if a claim wins meanwhile,
 		 * its evictor's forget finds the word cleared. */
+		reg_set(pc->pp, b, 0);
 		forget_retention(r, pc);
 		if (pool_block_uncache(pc->pool, b))
 			return true;

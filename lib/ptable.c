@@ -10,7 +10,7 @@
  * bits, the low 16 bits of the block's registration generation, and the
  * block.  A slot is only a hint: the block's record (hash, owner, gen,
  * the CACHED flag of its state word; the caller's, seen through
- * struct ptable_ops) says whether it is true.  A slot is live while its
+ * struct ptable_owner's registration words) says whether it is true.  A slot is live while its
  * block is cached by this table's manager under that gen; otherwise it
  * is stale.  Nothing ever deletes a slot: an eviction only changes the
  * block's record and state, which makes the slot stale, and a later
@@ -32,7 +32,9 @@
  * its slot in (release: the record before the slot), and then CASes the
  * version word from the value it read to the next (acq_rel).  The version
  * word is the only word every insert of h writes, so the successful
- * version CASes of h's inserts are totally ordered.  Take two inserts of
+ * version CASes of h's inserts are totally ordered.  (Of the two
+ * buckets, an insert takes a slot in the one with fewer live entries:
+ * two choices keep the fullest bucket near the average.)  Take two inserts of
  * h, X before Y in that order.  X's slot was published before X's
  * version CAS; Y's version CAS started from a value at or after X's, so
  * Y read it (acquire) after X's CAS, and Y's scan after that read sees
@@ -193,48 +195,67 @@ bool ptable_slot_homed(const struct ptable *t, uint64_t key, uint64_t i)
 /* Whether a live slot other than `mine` of key's buckets holds w. */
 static bool held_elsewhere(struct ptable_iter *it, const uint64_t w[4],
 			   const _Atomic uint64_t *mine,
-			   const struct ptable_ops *ops, void *ctx)
+			   const struct ptable_owner *o)
 {
 	for (uint32_t i = 0; i < 2 * PTABLE_BUCKET_SLOTS; i++) {
 		const _Atomic uint64_t *s = &it->b[i / PTABLE_BUCKET_SLOTS]
 						     ->slot[i % PTABLE_BUCKET_SLOTS];
-		/* Acquire: the record of the slot's block (the other
-		 * insert's release). */
+		/* Acquire: the slot's registration (the other insert's
+		 * release). */
 		uint64_t v = atomic_load_explicit(s, memory_order_acquire);
 
 		if (s != mine && ptable_tag_is(v, it->key) &&
-		    ops->holds(ctx, ptable_slot_block(v), ptable_slot_gen(v),
-			       w))
+		    ptable_live(o, v) &&
+		    o->holds(o->ctx, ptable_slot_block(v), w))
 			return true;
 	}
 	return false;
 }
 
+/* What an insert's scan found in one bucket. */
+struct bucket_scan {
+	_Atomic uint64_t *at; /* the first empty or stale slot, or NULL */
+	uint64_t seen;	      /* its value */
+	uint32_t live;	      /* live slots */
+};
+
 /*
- * The scan of an insert: a live entry holding w (then *at is NULL and
- * the result true), else the first empty or stale slot in *at with the
- * value seen in *seen (*at NULL if none).
+ * The scan of an insert: true if a live entry of key's buckets holds w;
+ * else, per bucket, its first empty or stale slot and its live count.
+ * The registration words of all fourteen slots are asked for first, so
+ * that their misses overlap.
  */
 static bool scan(struct ptable_iter *it, const uint64_t w[4],
-		 _Atomic uint64_t **at, uint64_t *seen,
-		 const struct ptable_ops *ops, void *ctx)
+		 struct bucket_scan sc[2], const struct ptable_owner *o)
 {
-	*at = NULL;
-	for (uint32_t i = 0; i < 2 * PTABLE_BUCKET_SLOTS; i++) {
-		_Atomic uint64_t *s =
-			(_Atomic uint64_t *)&it->b[i / PTABLE_BUCKET_SLOTS]
-				->slot[i % PTABLE_BUCKET_SLOTS];
-		/* Acquire: as held_elsewhere(). */
-		uint64_t v = atomic_load_explicit(s, memory_order_acquire);
-		uint32_t b = ptable_slot_block(v), g = ptable_slot_gen(v);
+	uint64_t v[2 * PTABLE_BUCKET_SLOTS];
 
-		if (v && ptable_tag_is(v, it->key) && ops->holds(ctx, b, g, w)) {
-			*at = NULL;
-			return true;
+	for (uint32_t i = 0; i < 2 * PTABLE_BUCKET_SLOTS; i++) {
+		/* Acquire: as held_elsewhere(). */
+		v[i] = atomic_load_explicit(
+			&it->b[i / PTABLE_BUCKET_SLOTS]
+				 ->slot[i % PTABLE_BUCKET_SLOTS],
+			memory_order_acquire);
+		if (v[i])
+			__builtin_prefetch(&o->reg[ptable_slot_block(v[i])], 0);
+	}
+	for (uint32_t i = 0; i < 2 * PTABLE_BUCKET_SLOTS; i++) {
+		struct bucket_scan *k = &sc[i / PTABLE_BUCKET_SLOTS];
+		bool live = v[i] && ptable_live(o, v[i]);
+
+		if (i % PTABLE_BUCKET_SLOTS == 0) {
+			k->at = NULL;
+			k->live = 0;
 		}
-		if (!*at && (!v || !ops->live(ctx, b, g))) {
-			*at = s;
-			*seen = v;
+		if (live && ptable_tag_is(v[i], it->key) &&
+		    o->holds(o->ctx, ptable_slot_block(v[i]), w))
+			return true;
+		k->live += live;
+		if (!live && !k->at) {
+			k->at = (_Atomic uint64_t *)&it
+					->b[i / PTABLE_BUCKET_SLOTS]
+					->slot[i % PTABLE_BUCKET_SLOTS];
+			k->seen = v[i];
 		}
 	}
 	return false;
@@ -242,7 +263,7 @@ static bool scan(struct ptable_iter *it, const uint64_t w[4],
 
 enum ptable_result ptable_insert(struct ptable *t, uint64_t key,
 				 const uint64_t w[4], uint32_t b, uint32_t gen,
-				 const struct ptable_ops *ops, void *ctx)
+				 const struct ptable_owner *o)
 {
 	uint64_t mine = ptable_slot_make(key, gen, b), seen, ver;
 	struct ptable_iter it;
@@ -254,10 +275,17 @@ enum ptable_result ptable_insert(struct ptable *t, uint64_t key,
 	 * that this value follows (see the argument at the top). */
 	ver = atomic_load_explicit(vw, memory_order_acquire);
 	for (;;) {
-		if (scan(&it, w, &at, &seen, ops, ctx))
+		struct bucket_scan sc[2];
+		uint32_t k;
+
+		if (scan(&it, w, sc, o))
 			return PTABLE_EXISTS;
-		if (!at)
+		/* The less loaded bucket with room (two choices). */
+		k = !sc[0].at || (sc[1].at && sc[1].live < sc[0].live);
+		if (!sc[k].at)
 			return PTABLE_FULL;
+		at = sc[k].at;
+		seen = sc[k].seen;
 		/* Release: b's record before the slot (readers' acquire). */
 		if (atomic_compare_exchange_strong_explicit(
 			    at, &seen, mine, memory_order_release,
@@ -270,7 +298,7 @@ enum ptable_result ptable_insert(struct ptable *t, uint64_t key,
 	 * on failure, acquires the slots of the insert that won. */
 	while (!atomic_compare_exchange_weak_explicit(
 		vw, &ver, ver + 1, memory_order_acq_rel, memory_order_acquire))
-		if (held_elsewhere(&it, w, at, ops, ctx))
+		if (held_elsewhere(&it, w, at, o))
 			return PTABLE_DUP;
 	return PTABLE_STORED;
 }

@@ -14,9 +14,8 @@
  *   ptable_holds_slot    nothing (the checks)
  *
  * Slots are hints: a slot names a block and the registration (gen) that
- * put it there; the block's record, kept by the caller, says whether the
- * slot is still true.  The table never reads the record itself: the
- * caller's ops do (struct ptable_ops).
+ * put it there; the caller's registration words and records say whether
+ * the slot is still true (struct ptable_owner).
  */
 #ifndef KVP_PTABLE_H
 #define KVP_PTABLE_H
@@ -41,14 +40,28 @@ struct ptable {
 	struct ptable_bucket *bucket;
 };
 
-/* What the caller knows about blocks (read from their records). */
-struct ptable_ops {
-	/* Whether block b is still cached by this table's owner under
-	 * registration gen (low 16 bits compared): its slot is live. */
-	bool (*live)(void *ctx, uint32_t b, uint32_t gen);
-	/* live, and caching the hash whose words are w. */
-	bool (*holds)(void *ctx, uint32_t b, uint32_t gen, const uint64_t w[4]);
+/*
+ * What the caller knows about blocks.  reg[b] is {gen & 0xffff, uid}
+ * (gen in bits 32..47) while block b is registered by this table's
+ * owner under gen, anything else otherwise: a slot {gen, b} is live
+ * exactly when reg[b] says so.  holds(ctx, b, w): whether b's record
+ * caches the hash whose words are w (asked of live slots only).
+ */
+struct ptable_owner {
+	const _Atomic uint64_t *reg;
+	uint64_t uid;
+	bool (*holds)(void *ctx, uint32_t b, const uint64_t w[4]);
+	void *ctx;
 };
+
+/* Whether slot value v (not 0) is live for owner o.  Acquire: the
+ * record as its registrar wrote it before reg[b]. */
+static inline bool ptable_live(const struct ptable_owner *o, uint64_t v)
+{
+	return atomic_load_explicit(&o->reg[(uint32_t)v - 1],
+				    memory_order_acquire) ==
+	       ((v & 0x0000ffff00000000ull) | o->uid);
+}
 
 enum ptable_result {
 	PTABLE_STORED,	/* inserted: the only live entry of its hash */
@@ -115,6 +128,27 @@ static inline void ptable_prefetch(const struct ptable *t, uint64_t key,
 	}
 }
 
+/* A second look ahead of an insert, once key's buckets have arrived:
+ * asks for the registration words of their slots. */
+static inline void ptable_prefetch_owners(const struct ptable *t,
+					  uint64_t key,
+					  const struct ptable_owner *o)
+{
+	uint64_t b[2];
+
+	ptable_buckets(t, key, &b[0], &b[1]);
+	for (uint32_t i = 0; i < 2 * PTABLE_BUCKET_SLOTS; i++) {
+		/* Relaxed: only an address to prefetch. */
+		uint64_t v = atomic_load_explicit(
+			&t->bucket[b[i / PTABLE_BUCKET_SLOTS]]
+				 .slot[i % PTABLE_BUCKET_SLOTS],
+			memory_order_relaxed);
+
+		if (v)
+			__builtin_prefetch(&o->reg[(uint32_t)v - 1], 0);
+	}
+}
+
 /* The slots whose tag is a key's, both buckets, in order. */
 struct ptable_iter {
 	const struct ptable_bucket *b[2];
@@ -154,13 +188,13 @@ static inline uint64_t ptable_iter_next(struct ptable_iter *it)
 
 /*
  * Inserts block b, registration gen, for the hash w (key: ptable_key(w)).
- * The caller holds b, and b's record already says it caches w under gen
- * (ops->holds(b, gen, w) is true): see ptable.c.  Returns an enum
- * ptable_result.  Lock-free.
+ * The caller holds b, and b's registration word and record already say
+ * it caches w under gen: see ptable.c.  Returns an enum ptable_result.
+ * Lock-free.
  */
 enum ptable_result ptable_insert(struct ptable *t, uint64_t key,
 				 const uint64_t w[4], uint32_t b, uint32_t gen,
-				 const struct ptable_ops *ops, void *ctx);
+				 const struct ptable_owner *o);
 
 /* Slots, for the quiescent walks: how many, and slot i's value. */
 static inline uint64_t ptable_nslots(const struct ptable *t)
