@@ -207,6 +207,10 @@ static inline bool rec_is(const struct prefix_block *r,
 		0xffffu) == 0;
 }
 
+/* A registration word while its registrar writes the record: matches no
+ * slot (uid 0 is none's). */
+#define REG_PENDING (1ull << 48)
+
 static inline uint64_t reg_make(const struct prefix_cache *pc, uint32_t gen)
 {
 	return (uint64_t)(gen & 0xffffu) << 32 | pc->uid;
@@ -1122,10 +1126,16 @@ int prefix_store(struct prefix_cache *pc, uint32_t b, const struct kvp_hash *h,
 	uint64_t w[4];
 	enum ptable_result res;
 
-	/* Relaxed: b is held by the caller; only a registration (by a
-	 * holder: a fork's sibling) or a reset changes CACHED meanwhile. */
-	if (bstate_is_cached(pool_block_word(pool, b)))
-		return 0;
+	uint64_t none = 0;
+
+	/* The registration is the thread whose CAS takes b's registration
+	 * word from 0: two holders of b (a fork and its source) may commit
+	 * it at once.  A registered word stays non-zero until b stops being
+	 * cached.  Acquire: the record as the last registrar left it. */
+	if (!atomic_compare_exchange_strong_explicit(
+		    &pc->pp->reg[b], &none, REG_PENDING, memory_order_acquire,
+		    memory_order_relaxed))
+		return 0; /* cached already, or being registered */
 	hash_words(h, w);
 	retain = store_word(pc, retain, unpinned);
 	/* The registrar alone writes an uncached held block's record. */
