@@ -280,13 +280,13 @@ static bool claim_entry(struct idle *q, uint32_t b, uint64_t old)
 {
 	if (!pool_block_claim(q->pool, b))
 		return false;
-	/* Ours alone now: no holder can release it, no hit revive it, and
-	 * its entry is ours, so nobody else writes the word: a load and a
-	 * store clear the entry.  Relaxed: the next queuing of b follows
-	 * its next release, which our uncaching orders. */
-	old = atomic_load_explicit(&q->word[b], memory_order_relaxed);
-	atomic_store_explicit(&q->word[b], w_none(w_rel(old)),
-			      memory_order_relaxed);
+	/* Ours now: no holder can release it, no hit revive it.  But the
+	 * release that made it idle may still be on its way to the idle
+	 * word (its drop came first): an atomic clear keeps its relgen
+	 * and MISFILED.  Relaxed: the next queuing of b follows its next
+	 * release, which our uncaching orders. */
+	old = atomic_fetch_and_explicit(&q->word[b], ~0xffffffffull,
+					memory_order_relaxed);
 	unmisfile(q, old);
 	return true;
 }

@@ -1007,6 +1007,7 @@ void prefix_raise(struct prefix_cache *pc, uint32_t b, uint64_t want,
 		  uint32_t *unpinned)
 {
 	struct prefix_block *r = &pc->pp->blk[b];
+	uint32_t refused = 0;
 	uint64_t w, nw;
 
 	/* Relaxed: we hold b, so it stays cached; whose is it? */
@@ -1026,27 +1027,33 @@ void prefix_raise(struct prefix_cache *pc, uint32_t b, uint64_t want,
 			return;
 		pin_add = retain_prio(nw) == KVP_RETAIN_PIN &&
 			  retain_prio(w) != KVP_RETAIN_PIN;
-		if (pin_add && !pin_admit(pc, unpinned)) {
+		if (pin_add && (refused || !pin_admit(pc, &refused))) {
+			/* Refused once, counted once, even if the CAS
+			 * below must be tried again. */
 			if (retain_level(w, now) >= KVP_RETAIN_MAX)
-				return;
+				break;
 			nw = retain_ready(pc, retain_make(KVP_RETAIN_MAX,
 							  retain_expiry(want)));
 			pin_add = false;
 		}
 		/* Relaxed: the word orders nothing but itself.  A demotion
-		 * may replace w meanwhile: then again. */
+		 * or another holder's raise may replace w meanwhile: then
+		 * again. */
 		if (atomic_compare_exchange_weak_explicit(
 			    &r->retain, &w, nw, memory_order_relaxed,
-			    memory_order_relaxed))
+			    memory_order_relaxed)) {
+			if (retain_prio(w) == KVP_RETAIN_PIN &&
+			    retain_prio(nw) != KVP_RETAIN_PIN)
+				atomic_fetch_sub_explicit(
+					&pc->pinned, 1, memory_order_relaxed);
+			retain_mark(pc->pp, retain_prio(nw));
 			break;
+		}
 		if (pin_add)
 			atomic_fetch_sub_explicit(&pc->pinned, 1,
 						  memory_order_relaxed);
 	}
-	if (retain_prio(w) == KVP_RETAIN_PIN &&
-	    retain_prio(nw) != KVP_RETAIN_PIN)
-		atomic_fetch_sub_explicit(&pc->pinned, 1, memory_order_relaxed);
-	retain_mark(pc->pp, retain_prio(nw));
+	*unpinned += refused;
 }
 
 int prefix_tick(struct prefix_cache *pc, uint64_t steps, uint64_t *now_out)
@@ -1122,7 +1129,7 @@ int prefix_store(struct prefix_cache *pc, uint32_t b, const struct kvp_hash *h,
 {
 	struct kvp_pool *pool = pc->pool;
 	struct prefix_block *r = &pc->pp->blk[b];
-	uint32_t gen;
+	uint32_t gen, refused;
 	uint64_t w[4];
 	enum ptable_result res;
 
@@ -1137,7 +1144,9 @@ int prefix_store(struct prefix_cache *pc, uint32_t b, const struct kvp_hash *h,
 		    memory_order_relaxed))
 		return 0; /* cached already, or being registered */
 	hash_words(h, w);
+	refused = *unpinned;
 	retain = store_word(pc, retain, unpinned);
+	refused = *unpinned - refused;
 	/* The registrar alone writes an uncached held block's record. */
 	gen = atomic_load_explicit(&r->gen, memory_order_relaxed) + 1;
 	for (int i = 0; i < 4; i++)
@@ -1160,6 +1169,7 @@ int prefix_store(struct prefix_cache *pc, uint32_t b, const struct kvp_hash *h,
 	reg_set(pc->pp, b, 0);
 	forget_retention(r, pc);
 	(void)pool_block_uncache(pool, b);
+	*unpinned -= refused; /* nothing stored: nothing refused */
 	if (res == PTABLE_FULL)
 		atomic_fetch_add_explicit(&pc->uncached, 1,
 					  memory_order_relaxed);
