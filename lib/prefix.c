@@ -80,6 +80,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <sched.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -1214,8 +1215,15 @@ static bool clear_one(struct prefix_cache *pc, uint32_t b, uint32_t *freed,
 	for (;;) {
 		uint32_t s = pool_block_word(pc->pool, b);
 
-		if (!bstate_is_cached(s) || (s & KVP_ST_EVICTING))
+		if (!bstate_is_cached(s))
 			return false;
+		if (s & KVP_ST_EVICTING) {
+			/* Claimed: its evictor either evicts it (and reports
+			 * it) or gives it back, when it is ours to forget.
+			 * Claims last a few hundred nanoseconds. */
+			sched_yield();
+			continue;
+		}
 		if (pool_block_take_idle(pc->pool, b)) {
 			reg_set(pc->pp, b, 0);
 			forget_retention(r, pc);
