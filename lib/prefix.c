@@ -526,8 +526,11 @@ static void evict_finish(struct prefix_pool *pp, const uint32_t *ids,
 					    memory_order_relaxed) == pc) {
 			uint64_t w[4];
 
-			hash_read(&pp->blk[ids[i + k]], w);
-			memcpy(hashes[k].b, w, sizeof(w));
+			/* The hashes only for a sink (set before use). */
+			if (pc->event_cb) {
+				hash_read(&pp->blk[ids[i + k]], w);
+				memcpy(hashes[k].b, w, sizeof(w));
+			}
 			k++;
 		}
 		prefix_emit(pc, KVP_EVENT_REMOVED, hashes, k, NULL);

@@ -32,9 +32,7 @@
  * its slot in (release: the record before the slot), and then CASes the
  * version word from the value it read to the next (acq_rel).  The version
  * word is the only word every insert of h writes, so the successful
- * version CASes of h's inserts are totally ordered.  (Of the two
- * buckets, an insert takes a slot in the one with fewer live entries:
- * two choices keep the fullest bucket near the average.)  Take two inserts of
+ * version CASes of h's inserts are totally ordered.  Take two inserts of
  * h, X before Y in that order.  X's slot was published before X's
  * version CAS; Y's version CAS started from a value at or after X's, so
  * Y read it (acquire) after X's CAS, and Y's scan after that read sees
@@ -212,53 +210,66 @@ static bool held_elsewhere(struct ptable_iter *it, const uint64_t w[4],
 	return false;
 }
 
-/* What an insert's scan found in one bucket. */
-struct bucket_scan {
-	_Atomic uint64_t *at; /* the first empty or stale slot, or NULL */
-	uint64_t seen;	      /* its value */
-	uint32_t live;	      /* live slots */
-};
+/* Whether a live entry of key's buckets holds w: the tags first, then
+ * the registration words and records of the slots whose tag is key's. */
+static bool held(struct ptable_iter *it, const uint64_t w[4],
+		 const struct ptable_owner *o)
+{
+	return held_elsewhere(it, w, NULL, o);
+}
+
+/* Live entries of bucket k of it, and its first empty or stale slot in
+ * *at (NULL if none) with the value seen in *seen. */
+static uint32_t bucket_free(struct ptable_iter *it, uint32_t k,
+			    _Atomic uint64_t **at, uint64_t *seen,
+			    const struct ptable_owner *o)
+{
+	uint32_t live = 0;
+
+	*at = NULL;
+	for (uint32_t i = 0; i < PTABLE_BUCKET_SLOTS; i++) {
+		_Atomic uint64_t *s =
+			(_Atomic uint64_t *)&it->b[k]->slot[i];
+		/* Relaxed: the CAS from this value decides. */
+		uint64_t v = atomic_load_explicit(s, memory_order_relaxed);
+
+		if (v && ptable_live(o, v)) {
+			live++;
+		} else if (!*at) {
+			*at = s;
+			*seen = v;
+		}
+	}
+	return live;
+}
+
+/* Below this many live entries the first bucket is taken without a look
+ * at the second. */
+#define PTABLE_FIRST_BELOW 4
 
 /*
- * The scan of an insert: true if a live entry of key's buckets holds w;
- * else, per bucket, its first empty or stale slot and its live count.
- * The registration words of all fourteen slots are asked for first, so
- * that their misses overlap.
+ * The slot an insert takes: in the first bucket if it has fewer than
+ * PTABLE_FIRST_BELOW live entries and room, else in the less loaded of
+ * the two (two choices keep the fullest bucket near the average, so that
+ * a table at most two sevenths full of live entries practically never
+ * has both of a key's buckets full; such an insert leaves its block
+ * uncached, and is counted).  NULL if both are full.
  */
-static bool scan(struct ptable_iter *it, const uint64_t w[4],
-		 struct bucket_scan sc[2], const struct ptable_owner *o)
+static _Atomic uint64_t *pick(struct ptable_iter *it, uint64_t *seen,
+			      const struct ptable_owner *o)
 {
-	uint64_t v[2 * PTABLE_BUCKET_SLOTS];
+	_Atomic uint64_t *at1, *at2;
+	uint64_t seen2;
+	uint32_t l1 = bucket_free(it, 0, &at1, seen, o), l2;
 
-	for (uint32_t i = 0; i < 2 * PTABLE_BUCKET_SLOTS; i++) {
-		/* Acquire: as held_elsewhere(). */
-		v[i] = atomic_load_explicit(
-			&it->b[i / PTABLE_BUCKET_SLOTS]
-				 ->slot[i % PTABLE_BUCKET_SLOTS],
-			memory_order_acquire);
-		if (v[i])
-			__builtin_prefetch(&o->reg[ptable_slot_block(v[i])], 0);
+	if (at1 && l1 < PTABLE_FIRST_BELOW)
+		return at1;
+	l2 = bucket_free(it, 1, &at2, &seen2, o);
+	if (at2 && (!at1 || l2 < l1)) {
+		*seen = seen2;
+		return at2;
 	}
-	for (uint32_t i = 0; i < 2 * PTABLE_BUCKET_SLOTS; i++) {
-		struct bucket_scan *k = &sc[i / PTABLE_BUCKET_SLOTS];
-		bool live = v[i] && ptable_live(o, v[i]);
-
-		if (i % PTABLE_BUCKET_SLOTS == 0) {
-			k->at = NULL;
-			k->live = 0;
-		}
-		if (live && ptable_tag_is(v[i], it->key) &&
-		    o->holds(o->ctx, ptable_slot_block(v[i]), w))
-			return true;
-		k->live += live;
-		if (!live && !k->at) {
-			k->at = (_Atomic uint64_t *)&it
-					->b[i / PTABLE_BUCKET_SLOTS]
-					->slot[i % PTABLE_BUCKET_SLOTS];
-			k->seen = v[i];
-		}
-	}
-	return false;
+	return at1;
 }
 
 enum ptable_result ptable_insert(struct ptable *t, uint64_t key,
@@ -275,17 +286,10 @@ enum ptable_result ptable_insert(struct ptable *t, uint64_t key,
 	 * that this value follows (see the argument at the top). */
 	ver = atomic_load_explicit(vw, memory_order_acquire);
 	for (;;) {
-		struct bucket_scan sc[2];
-		uint32_t k;
-
-		if (scan(&it, w, sc, o))
+		if (held(&it, w, o))
 			return PTABLE_EXISTS;
-		/* The less loaded bucket with room (two choices). */
-		k = !sc[0].at || (sc[1].at && sc[1].live < sc[0].live);
-		if (!sc[k].at)
+		if (!(at = pick(&it, &seen, o)))
 			return PTABLE_FULL;
-		at = sc[k].at;
-		seen = sc[k].seen;
 		/* Release: b's record before the slot (readers' acquire). */
 		if (atomic_compare_exchange_strong_explicit(
 			    at, &seen, mine, memory_order_release,

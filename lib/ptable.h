@@ -129,20 +129,18 @@ static inline void ptable_prefetch(const struct ptable *t, uint64_t key,
 }
 
 /* A second look ahead of an insert, once key's buckets have arrived:
- * asks for the registration words of their slots. */
+ * asks for the registration words of the first slots it may check. */
 static inline void ptable_prefetch_owners(const struct ptable *t,
 					  uint64_t key,
 					  const struct ptable_owner *o)
 {
-	uint64_t b[2];
+	uint64_t b1, b2;
 
-	ptable_buckets(t, key, &b[0], &b[1]);
-	for (uint32_t i = 0; i < 2 * PTABLE_BUCKET_SLOTS; i++) {
+	ptable_buckets(t, key, &b1, &b2);
+	for (uint32_t i = 0; i < PTABLE_BUCKET_SLOTS; i++) {
 		/* Relaxed: only an address to prefetch. */
-		uint64_t v = atomic_load_explicit(
-			&t->bucket[b[i / PTABLE_BUCKET_SLOTS]]
-				 .slot[i % PTABLE_BUCKET_SLOTS],
-			memory_order_relaxed);
+		uint64_t v = atomic_load_explicit(&t->bucket[b1].slot[i],
+						  memory_order_relaxed);
 
 		if (v)
 			__builtin_prefetch(&o->reg[(uint32_t)v - 1], 0);
