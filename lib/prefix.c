@@ -108,6 +108,10 @@ struct prefix_block {
 	/* Registrations of the block so far (its slot carries the low 16
 	 * bits).  Written by the registrar alone. */
 	_Atomic uint32_t gen;
+	/* The index of its slot in its owner's table (written by the
+	 * registrar; read by whoever makes the block stop being cached,
+	 * to empty the slot). */
+	_Atomic uint64_t slot;
 } __attribute__((aligned(KVP_CACHELINE)));
 
 /*
@@ -428,6 +432,7 @@ static int prefix_pool_make(struct kvp_pool *pool, void **ctx)
 			atomic_init(&pp->blk[b].hash[i], 0);
 		atomic_init(&pp->blk[b].retain, 0);
 		atomic_init(&pp->blk[b].gen, 0);
+		atomic_init(&pp->blk[b].slot, UINT64_MAX);
 		atomic_init(&pp->reg[b], 0);
 	}
 	atomic_init(&pp->retained, false);
@@ -535,8 +540,16 @@ static void evict_finish(struct prefix_pool *pp, const uint32_t *ids,
 		}
 		prefix_emit(pc, KVP_EVENT_REMOVED, hashes, k, NULL);
 		for (uint32_t j = i; j < i + k; j++) {
+			struct prefix_block *r = &pp->blk[ids[j]];
+
 			reg_set(pp, ids[j], 0);
-			forget_retention(&pp->blk[ids[j]], pc);
+			ptable_clear(pc->table,
+				     atomic_load_explicit(&r->slot,
+							  memory_order_relaxed),
+				     ids[j],
+				     atomic_load_explicit(&r->gen,
+							  memory_order_relaxed));
+			forget_retention(r, pc);
 			atomic_store_explicit(&pp->blk[ids[j]].owner, NULL,
 					      memory_order_relaxed);
 			pool_block_evicted(pp->pool, ids[j]);
@@ -1134,7 +1147,7 @@ int prefix_store(struct prefix_cache *pc, uint32_t b, const struct kvp_hash *h,
 	struct kvp_pool *pool = pc->pool;
 	struct prefix_block *r = &pc->pp->blk[b];
 	uint32_t gen, refused;
-	uint64_t w[4];
+	uint64_t w[4], slot = UINT64_MAX;
 	enum ptable_result res;
 
 	uint64_t none = 0;
@@ -1161,7 +1174,9 @@ int prefix_store(struct prefix_cache *pc, uint32_t b, const struct kvp_hash *h,
 	reg_set(pc->pp, b, reg_make(pc, gen));
 	/* Release: the record before CACHED (bstate.h). */
 	pool_block_cache(pool, b);
-	res = ptable_insert(pc->table, key, w, b, gen, &pc->owner);
+	res = ptable_insert(pc->table, key, w, b, gen, &pc->owner, &slot);
+	if (res == PTABLE_STORED || res == PTABLE_DUP)
+		atomic_store_explicit(&r->slot, slot, memory_order_relaxed);
 	if (res == PTABLE_STORED) {
 		if (retain)
 			retain_mark(pc->pp, retain_prio(retain));
@@ -1171,6 +1186,8 @@ int prefix_store(struct prefix_cache *pc, uint32_t b, const struct kvp_hash *h,
 	 * A hit that took b meanwhile keeps it, uncached.  Only a reset
 	 * may have uncached it first. */
 	reg_set(pc->pp, b, 0);
+	if (res == PTABLE_DUP)
+		ptable_clear(pc->table, slot, b, gen);
 	forget_retention(r, pc);
 	(void)pool_block_uncache(pool, b);
 	*unpinned -= refused; /* nothing stored: nothing refused */

@@ -182,6 +182,23 @@ void ptable_destroy(struct ptable *t)
 	kvp_free(t, sizeof(*t));
 }
 
+void ptable_clear(struct ptable *t, uint64_t i, uint32_t b, uint32_t gen)
+{
+	_Atomic uint64_t *s;
+	uint64_t v;
+
+	if (i >= ptable_nslots(t))
+		return;
+	s = &t->bucket[i / PTABLE_BUCKET_SLOTS].slot[i % PTABLE_BUCKET_SLOTS];
+	/* Relaxed: the slot is a hint; only its own entry is emptied, by
+	 * CAS, and an insert that reused it meanwhile keeps it. */
+	v = atomic_load_explicit(s, memory_order_relaxed);
+	if (v && ptable_slot_block(v) == b &&
+	    ptable_slot_gen(v) == (gen & 0xffffu))
+		(void)atomic_compare_exchange_strong_explicit(
+			s, &v, 0, memory_order_relaxed, memory_order_relaxed);
+}
+
 bool ptable_slot_homed(const struct ptable *t, uint64_t key, uint64_t i)
 {
 	uint64_t b1, b2;
@@ -218,65 +235,72 @@ static bool held(struct ptable_iter *it, const uint64_t w[4],
 	return held_elsewhere(it, w, NULL, o);
 }
 
-/* Live entries of bucket k of it, and its first empty or stale slot in
- * *at (NULL if none) with the value seen in *seen. */
-static uint32_t bucket_free(struct ptable_iter *it, uint32_t k,
-			    _Atomic uint64_t **at, uint64_t *seen,
-			    const struct ptable_owner *o)
+/* Bucket k's empty slots, and its first one in *at (NULL if none). */
+static uint32_t bucket_empty(struct ptable_iter *it, uint32_t k,
+			     _Atomic uint64_t **at)
 {
-	uint32_t live = 0;
+	uint32_t n = 0;
 
 	*at = NULL;
-	for (uint32_t i = 0; i < PTABLE_BUCKET_SLOTS; i++) {
+	for (uint32_t i = PTABLE_BUCKET_SLOTS; i-- > 0;) {
 		_Atomic uint64_t *s =
 			(_Atomic uint64_t *)&it->b[k]->slot[i];
+
+		/* Relaxed: the CAS from 0 decides. */
+		if (!atomic_load_explicit(s, memory_order_relaxed)) {
+			n++;
+			*at = s;
+		}
+	}
+	return n;
+}
+
+/* The first stale slot of key's buckets (its value in *seen), or NULL:
+ * slots whose block left the cache without emptying them (an eviction
+ * on its way, a reset). */
+static _Atomic uint64_t *first_stale(struct ptable_iter *it, uint64_t *seen,
+				     const struct ptable_owner *o)
+{
+	for (uint32_t i = 0; i < 2 * PTABLE_BUCKET_SLOTS; i++) {
+		_Atomic uint64_t *s = (_Atomic uint64_t *)&it
+					      ->b[i / PTABLE_BUCKET_SLOTS]
+					      ->slot[i % PTABLE_BUCKET_SLOTS];
 		/* Relaxed: the CAS from this value decides. */
 		uint64_t v = atomic_load_explicit(s, memory_order_relaxed);
 
-		if (v && ptable_live(o, v)) {
-			live++;
-		} else if (!*at) {
-			*at = s;
+		if (v && !ptable_live(o, v)) {
 			*seen = v;
+			return s;
 		}
 	}
-	return live;
+	return NULL;
 }
 
-/* Below this many live entries the first bucket is taken without a look
- * at the second. */
-#define PTABLE_FIRST_BELOW 4
-
 /*
- * The slot an insert takes: in the first bucket if it has fewer than
- * PTABLE_FIRST_BELOW live entries and room, else in the less loaded of
- * the two (two choices keep the fullest bucket near the average, so that
- * a table at most two sevenths full of live entries practically never
- * has both of a key's buckets full; such an insert leaves its block
- * uncached, and is counted).  NULL if both are full.
+ * The slot an insert takes: an empty one of the bucket with more empty
+ * slots (two choices keep the fullest bucket near the average: a table
+ * at most two sevenths full practically never has both of a key's
+ * buckets full), else a stale one, else NULL (the insert leaves its
+ * block uncached, and is counted).  Empty slots cost no read beyond the
+ * two bucket lines.
  */
 static _Atomic uint64_t *pick(struct ptable_iter *it, uint64_t *seen,
 			      const struct ptable_owner *o)
 {
 	_Atomic uint64_t *at1, *at2;
-	uint64_t seen2;
-	uint32_t l1 = bucket_free(it, 0, &at1, seen, o), l2;
+	uint32_t e1 = bucket_empty(it, 0, &at1), e2 = bucket_empty(it, 1, &at2);
 
-	if (at1 && l1 < PTABLE_FIRST_BELOW)
-		return at1;
-	l2 = bucket_free(it, 1, &at2, &seen2, o);
-	if (at2 && (!at1 || l2 < l1)) {
-		*seen = seen2;
-		return at2;
-	}
-	return at1;
+	*seen = 0;
+	if (e1 || e2)
+		return e1 >= e2 ? at1 : at2;
+	return first_stale(it, seen, o);
 }
 
 enum ptable_result ptable_insert(struct ptable *t, uint64_t key,
 				 const uint64_t w[4], uint32_t b, uint32_t gen,
-				 const struct ptable_owner *o)
+				 const struct ptable_owner *o, uint64_t *slot)
 {
-	uint64_t mine = ptable_slot_make(key, gen, b), seen, ver;
+	uint64_t mine = ptable_slot_make(key, gen, b), seen, ver, off;
 	struct ptable_iter it;
 	_Atomic uint64_t *at, *vw;
 
@@ -298,6 +322,9 @@ enum ptable_result ptable_insert(struct ptable *t, uint64_t key,
 		/* Another insert took the slot: scan again. */
 		ver = atomic_load_explicit(vw, memory_order_acquire);
 	}
+	off = (uint64_t)((char *)at - (char *)t->bucket);
+	*slot = off / sizeof(struct ptable_bucket) * PTABLE_BUCKET_SLOTS +
+		off % sizeof(struct ptable_bucket) / sizeof(uint64_t) - 1;
 	/* acq_rel: publishes our slot to the inserts that follow ours;
 	 * on failure, acquires the slots of the insert that won. */
 	while (!atomic_compare_exchange_weak_explicit(

@@ -187,12 +187,17 @@ static inline uint64_t ptable_iter_next(struct ptable_iter *it)
 /*
  * Inserts block b, registration gen, for the hash w (key: ptable_key(w)).
  * The caller holds b, and b's registration word and record already say
- * it caches w under gen: see ptable.c.  Returns an enum ptable_result.
+ * it caches w under gen: see ptable.c.  Returns an enum ptable_result;
+ * for STORED and DUP, the slot's index in *slot (for ptable_clear).
  * Lock-free.
  */
 enum ptable_result ptable_insert(struct ptable *t, uint64_t key,
 				 const uint64_t w[4], uint32_t b, uint32_t gen,
-				 const struct ptable_owner *o);
+				 const struct ptable_owner *o, uint64_t *slot);
+
+/* Empties slot i if it still holds block b's entry of registration gen
+ * (the block's registration word no longer says so).  Lock-free. */
+void ptable_clear(struct ptable *t, uint64_t i, uint32_t b, uint32_t gen);
 
 /* Slots, for the quiescent walks: how many, and slot i's value. */
 static inline uint64_t ptable_nslots(const struct ptable *t)
