@@ -1152,13 +1152,23 @@ int prefix_store(struct prefix_cache *pc, uint32_t b, const struct kvp_hash *h,
 
 	uint64_t none = 0;
 
-	/* The registration is the thread whose CAS takes b's registration
-	 * word from 0: two holders of b (a fork and its source) may commit
-	 * it at once.  A registered word stays non-zero until b stops being
-	 * cached.  Acquire: the record as the last registrar left it. */
-	if (!atomic_compare_exchange_strong_explicit(
-		    &pc->pp->reg[b], &none, REG_PENDING, memory_order_acquire,
-		    memory_order_relaxed))
+	uint32_t st = pool_block_word(pool, b);
+
+	/* The registrar: the thread whose CAS takes b's registration word
+	 * from 0, as two holders of b (a fork and its source) may commit it
+	 * at once.  A registered word stays non-zero until b stops being
+	 * cached.  A sole holder (one reference, uncached: ours; a fork of
+	 * our sequence waits for our sequence's lock) needs no CAS.
+	 * Acquire: the record as the last registrar left it (the pool's
+	 * hand-off of the block orders it for a sole holder). */
+	if (bstate_is_cached(st))
+		return 0;
+	if (st == 1)
+		atomic_store_explicit(&pc->pp->reg[b], REG_PENDING,
+				      memory_order_relaxed);
+	else if (!atomic_compare_exchange_strong_explicit(
+			 &pc->pp->reg[b], &none, REG_PENDING,
+			 memory_order_acquire, memory_order_relaxed))
 		return 0; /* cached already, or being registered */
 	hash_words(h, w);
 	refused = *unpinned;

@@ -212,87 +212,98 @@ static bool held_elsewhere(struct ptable_iter *it, const uint64_t w[4],
 			   const _Atomic uint64_t *mine,
 			   const struct ptable_owner *o)
 {
-	for (uint32_t i = 0; i < 2 * PTABLE_BUCKET_SLOTS; i++) {
-		const _Atomic uint64_t *s = &it->b[i / PTABLE_BUCKET_SLOTS]
-						     ->slot[i % PTABLE_BUCKET_SLOTS];
-		/* Acquire: the slot's registration (the other insert's
-		 * release). */
-		uint64_t v = atomic_load_explicit(s, memory_order_acquire);
+	for (uint32_t k = 0; k < 2; k++) {
+		const _Atomic uint64_t *slot = it->b[k]->slot;
 
-		if (s != mine && ptable_tag_is(v, it->key) &&
-		    ptable_live(o, v) &&
-		    o->holds(o->ctx, ptable_slot_block(v), w))
-			return true;
+		for (uint32_t i = 0; i < PTABLE_BUCKET_SLOTS; i++) {
+			/* Acquire: the slot's registration (the other
+			 * insert's release). */
+			uint64_t v = atomic_load_explicit(
+				&slot[i], memory_order_acquire);
+
+			if (ptable_tag_is(v, it->key) && &slot[i] != mine &&
+			    ptable_live(o, v) &&
+			    o->holds(o->ctx, ptable_slot_block(v), w))
+				return true;
+		}
 	}
 	return false;
 }
 
-/* Whether a live entry of key's buckets holds w: the tags first, then
- * the registration words and records of the slots whose tag is key's. */
-static bool held(struct ptable_iter *it, const uint64_t w[4],
-		 const struct ptable_owner *o)
+/* What an insert's scan found: the live entry holding its hash, or the
+ * slot it may take. */
+struct scan {
+	_Atomic uint64_t *empty[2]; /* each bucket's first empty slot */
+	uint32_t nempty[2];	    /* and its empty slots */
+	bool held;		    /* a live entry holds the hash */
+};
+
+/* One pass over key's buckets: a live entry holding w, and the empty
+ * slots. */
+static void scan(struct ptable_iter *it, const uint64_t w[4],
+		 struct scan *sc, const struct ptable_owner *o)
 {
-	return held_elsewhere(it, w, NULL, o);
-}
+	sc->held = false;
+	for (uint32_t k = 0; k < 2; k++) {
+		_Atomic uint64_t *slot = (_Atomic uint64_t *)it->b[k]->slot;
 
-/* Bucket k's empty slots, and its first one in *at (NULL if none). */
-static uint32_t bucket_empty(struct ptable_iter *it, uint32_t k,
-			     _Atomic uint64_t **at)
-{
-	uint32_t n = 0;
+		sc->empty[k] = NULL;
+		sc->nempty[k] = 0;
+		for (uint32_t i = PTABLE_BUCKET_SLOTS; i-- > 0;) {
+			/* Acquire: as held_elsewhere(). */
+			uint64_t v = atomic_load_explicit(
+				&slot[i], memory_order_acquire);
 
-	*at = NULL;
-	for (uint32_t i = PTABLE_BUCKET_SLOTS; i-- > 0;) {
-		_Atomic uint64_t *s =
-			(_Atomic uint64_t *)&it->b[k]->slot[i];
-
-		/* Relaxed: the CAS from 0 decides. */
-		if (!atomic_load_explicit(s, memory_order_relaxed)) {
-			n++;
-			*at = s;
+			if (!v) {
+				sc->empty[k] = &slot[i];
+				sc->nempty[k]++;
+			} else if (ptable_tag_is(v, it->key) &&
+				   ptable_live(o, v) &&
+				   o->holds(o->ctx, ptable_slot_block(v), w)) {
+				sc->held = true;
+				return;
+			}
 		}
 	}
-	return n;
 }
 
 /* The first stale slot of key's buckets (its value in *seen), or NULL:
- * slots whose block left the cache without emptying them (an eviction
- * on its way, a reset). */
+ * slots whose block left the cache without emptying them (a reset, an
+ * eviction on its way). */
 static _Atomic uint64_t *first_stale(struct ptable_iter *it, uint64_t *seen,
 				     const struct ptable_owner *o)
 {
-	for (uint32_t i = 0; i < 2 * PTABLE_BUCKET_SLOTS; i++) {
-		_Atomic uint64_t *s = (_Atomic uint64_t *)&it
-					      ->b[i / PTABLE_BUCKET_SLOTS]
-					      ->slot[i % PTABLE_BUCKET_SLOTS];
-		/* Relaxed: the CAS from this value decides. */
-		uint64_t v = atomic_load_explicit(s, memory_order_relaxed);
+	for (uint32_t k = 0; k < 2; k++) {
+		_Atomic uint64_t *slot = (_Atomic uint64_t *)it->b[k]->slot;
 
-		if (v && !ptable_live(o, v)) {
-			*seen = v;
-			return s;
+		for (uint32_t i = 0; i < PTABLE_BUCKET_SLOTS; i++) {
+			/* Relaxed: the CAS from this value decides. */
+			uint64_t v = atomic_load_explicit(
+				&slot[i], memory_order_relaxed);
+
+			if (v && !ptable_live(o, v)) {
+				*seen = v;
+				return &slot[i];
+			}
 		}
 	}
 	return NULL;
 }
 
 /*
- * The slot an insert takes: an empty one of the bucket with more empty
- * slots (two choices keep the fullest bucket near the average: a table
- * at most two sevenths full practically never has both of a key's
- * buckets full), else a stale one, else NULL (the insert leaves its
- * block uncached, and is counted).  Empty slots cost no read beyond the
- * two bucket lines.
+ * The slot an insert takes (sc from scan()): an empty one of the bucket
+ * with more empty slots (two choices keep the fullest bucket near the
+ * average: a table at most two sevenths full practically never has both
+ * of a key's buckets full), else a stale one, else NULL (the insert
+ * leaves its block uncached, and is counted).  Empty slots cost no read
+ * beyond the two bucket lines.
  */
-static _Atomic uint64_t *pick(struct ptable_iter *it, uint64_t *seen,
-			      const struct ptable_owner *o)
+static _Atomic uint64_t *pick(struct ptable_iter *it, const struct scan *sc,
+			      uint64_t *seen, const struct ptable_owner *o)
 {
-	_Atomic uint64_t *at1, *at2;
-	uint32_t e1 = bucket_empty(it, 0, &at1), e2 = bucket_empty(it, 1, &at2);
-
 	*seen = 0;
-	if (e1 || e2)
-		return e1 >= e2 ? at1 : at2;
+	if (sc->nempty[0] || sc->nempty[1])
+		return sc->empty[sc->nempty[0] >= sc->nempty[1] ? 0 : 1];
 	return first_stale(it, seen, o);
 }
 
@@ -310,9 +321,12 @@ enum ptable_result ptable_insert(struct ptable *t, uint64_t key,
 	 * that this value follows (see the argument at the top). */
 	ver = atomic_load_explicit(vw, memory_order_acquire);
 	for (;;) {
-		if (held(&it, w, o))
+		struct scan sc;
+
+		scan(&it, w, &sc, o);
+		if (sc.held)
 			return PTABLE_EXISTS;
-		if (!(at = pick(&it, &seen, o)))
+		if (!(at = pick(&it, &sc, &seen, o)))
 			return PTABLE_FULL;
 		/* Release: b's record before the slot (readers' acquire). */
 		if (atomic_compare_exchange_strong_explicit(
