@@ -897,6 +897,9 @@ uint64_t prefix_store_prepare(struct prefix_cache *pc, uint32_t b,
 	key = ptable_key(w);
 	ptable_prefetch(pc->table, key, true);
 	kvp_prefetch_w(&pc->pp->blk[b]);
+	/* The registration word too: a store that misses would hold up the
+	 * store's first locked instruction (it drains the store buffer). */
+	kvp_prefetch_w(&pc->pp->reg[b]);
 	pool_block_prefetch(pc->pool, b);
 	return key;
 }

@@ -59,62 +59,24 @@
 #include "alloc.h"
 #include "ptable.h"
 
-/*
- * The table key's secret: 32 random bytes per process, drawn once, before
- * the first table exists (key_init, from ptable_create; pthread_once
- * orders it before every use).
- *
- * Block hashes are public: vLLM-compatible ones with a known seed, or
- * SHA-256 of prompts a client chooses.  With a key anyone can compute,
- * a client could grind prompts whose blocks share a bucket pair and
- * fill it, so that its commits leave other tenants' blocks uncached.
- * Keyed, the buckets and tag are unpredictable without the secret, which
- * never leaves the process.
- */
-static uint64_t key_secret[4];
+/* The table key's secret (ptable.h says why), drawn by key_init. */
+uint64_t ptable_key_secret[4];
 static pthread_once_t key_once = PTHREAD_ONCE_INIT;
-
-static inline uint64_t mul_fold64(uint64_t a, uint64_t b)
-{
-	__uint128_t p = (__uint128_t)a * b;
-
-	return (uint64_t)p ^ (uint64_t)(p >> 64);
-}
-
-/*
- * The table key of a hash: all its words, mixed with the secret (callers
- * may pass hashes of their own, not only uniform ones).  It is XXH3's
- * 17-to-32-byte path over the 32 bytes with key_secret as the first 32
- * bytes of its secret (so XXH3_64bits_withSecret on a little-endian
- * machine): two 64x64->128-bit multiplies of input words masked by
- * secret words, folded, then XXH3's avalanche.
- */
-uint64_t ptable_key(const uint64_t w[4])
-{
-	uint64_t x = 32 * 0x9e3779b185ebca87ull;
-
-	x += mul_fold64(w[0] ^ key_secret[0], w[1] ^ key_secret[1]);
-	x += mul_fold64(w[2] ^ key_secret[2], w[3] ^ key_secret[3]);
-	x ^= x >> 37;
-	x *= 0x165667919e3779f9ull;
-	x ^= x >> 32;
-	return x;
-}
 
 static void key_init(void)
 {
-	unsigned char *p = (unsigned char *)key_secret;
+	unsigned char *p = (unsigned char *)ptable_key_secret;
 	size_t got = 0;
 
-	while (got < sizeof(key_secret)) {
-		ssize_t r = getrandom(p + got, sizeof(key_secret) - got,
+	while (got < sizeof(ptable_key_secret)) {
+		ssize_t r = getrandom(p + got, sizeof(ptable_key_secret) - got,
 				      GRND_NONBLOCK);
 
 		if (r <= 0)
 			break;
 		got += (size_t)r;
 	}
-	if (got < sizeof(key_secret)) {
+	if (got < sizeof(ptable_key_secret)) {
 		/* No randomness yet (early boot, a sandbox without the
 		 * syscall): the time, the process and an address, so that
 		 * the key still differs from process to process. */
@@ -126,9 +88,10 @@ static void key_init(void)
 		s ^= (uint64_t)getpid() << 32 ^ (uint64_t)(uintptr_t)&got;
 		for (int i = 0; i < 4; i++) {
 			s += 0x9e3779b97f4a7c15ull; /* splitmix64 */
-			key_secret[i] = mul_fold64(s ^ (s >> 30),
-						   0xbf58476d1ce4e5b9ull) ^
-					mul_fold64(s, 0x94d049bb133111ebull);
+			ptable_key_secret[i] =
+				ptable_mul_fold64(s ^ (s >> 30),
+						  0xbf58476d1ce4e5b9ull) ^
+				ptable_mul_fold64(s, 0x94d049bb133111ebull);
 		}
 	}
 }

@@ -76,8 +76,47 @@ enum ptable_result {
 int ptable_create(uint32_t num_blocks, struct ptable **out);
 void ptable_destroy(struct ptable *t);
 
-/* The table key of the hash words w: keyed with a per-process secret. */
-uint64_t ptable_key(const uint64_t w[4]);
+/*
+ * The table key's secret: 32 random bytes per process, drawn once, before
+ * the first table exists (ptable_create; pthread_once orders it before
+ * every use).
+ *
+ * Block hashes are public: vLLM-compatible ones with a known seed, or
+ * SHA-256 of prompts a client chooses.  With a key anyone can compute,
+ * a client could grind prompts whose blocks share a bucket pair and
+ * fill it, so that its commits leave other tenants' blocks uncached.
+ * Keyed, the buckets and tag are unpredictable without the secret, which
+ * never leaves the process.
+ */
+extern uint64_t ptable_key_secret[4];
+
+static inline uint64_t ptable_mul_fold64(uint64_t a, uint64_t b)
+{
+	__uint128_t p = (__uint128_t)a * b;
+
+	return (uint64_t)p ^ (uint64_t)(p >> 64);
+}
+
+/*
+ * The table key of the hash words w: all of them, mixed with the secret
+ * (callers may pass hashes of their own, not only uniform ones).  It is
+ * XXH3's 17-to-32-byte path over the 32 bytes with the secret as the
+ * first 32 bytes of its secret (so XXH3_64bits_withSecret on a
+ * little-endian machine): two 64x64->128-bit multiplies of input words
+ * masked by secret words, folded, then XXH3's avalanche.
+ */
+static inline uint64_t ptable_key(const uint64_t w[4])
+{
+	const uint64_t *k = ptable_key_secret;
+	uint64_t x = 32 * 0x9e3779b185ebca87ull;
+
+	x += ptable_mul_fold64(w[0] ^ k[0], w[1] ^ k[1]);
+	x += ptable_mul_fold64(w[2] ^ k[2], w[3] ^ k[3]);
+	x ^= x >> 37;
+	x *= 0x165667919e3779f9ull;
+	x ^= x >> 32;
+	return x;
+}
 
 static inline uint32_t ptable_slot_block(uint64_t v)
 {
