@@ -208,25 +208,31 @@ static void scan(struct ptable_iter *it, const uint64_t w[4],
 {
 	sc->held = false;
 	for (uint32_t k = 0; k < 2; k++) {
-		_Atomic uint64_t *slot = (_Atomic uint64_t *)it->b[k]->slot;
+		_Atomic uint64_t *slot = (_Atomic uint64_t *)it->b[k]->slot,
+				 *empty = NULL;
+		uint64_t v[PTABLE_BUCKET_SLOTS], tag = it->key >> 48;
+		uint32_t n = 0;
 
-		sc->empty[k] = NULL;
-		sc->nempty[k] = 0;
-		for (uint32_t i = PTABLE_BUCKET_SLOTS; i-- > 0;) {
+		/* The loads first, then the tests (in locals: the compiler
+		 * keeps them in registers). */
+		for (uint32_t i = 0; i < PTABLE_BUCKET_SLOTS; i++)
 			/* Acquire: as held_elsewhere(). */
-			uint64_t v = atomic_load_explicit(
-				&slot[i], memory_order_acquire);
-
-			if (!v) {
-				sc->empty[k] = &slot[i];
-				sc->nempty[k]++;
-			} else if (ptable_tag_is(v, it->key) &&
-				   ptable_live(o, v) &&
-				   o->holds(o->ctx, ptable_slot_block(v), w)) {
+			v[i] = atomic_load_explicit(&slot[i],
+						    memory_order_acquire);
+		for (uint32_t i = PTABLE_BUCKET_SLOTS; i-- > 0;) {
+			if (!v[i]) {
+				empty = &slot[i];
+				n++;
+			} else if ((v[i] >> 48) == tag &&
+				   ptable_live(o, v[i]) &&
+				   o->holds(o->ctx, ptable_slot_block(v[i]),
+					    w)) {
 				sc->held = true;
 				return;
 			}
 		}
+		sc->empty[k] = empty;
+		sc->nempty[k] = n;
 	}
 }
 

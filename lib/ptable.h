@@ -208,22 +208,26 @@ static inline void ptable_iter_init(const struct ptable *t, uint64_t key,
 /* The next slot value with the key's tag, or 0 at the end. */
 static inline uint64_t ptable_iter_next(struct ptable_iter *it)
 {
-	for (; it->i < 2 * PTABLE_BUCKET_SLOTS; it->i++) {
+	uint64_t tag = it->key >> 48;
+	uint32_t i = it->i; /* a local: kept in a register */
+
+	for (; i < 2 * PTABLE_BUCKET_SLOTS; i++) {
 		const struct ptable_bucket *bk =
-			it->b[it->i >= PTABLE_BUCKET_SLOTS];
-		uint32_t j = it->i >= PTABLE_BUCKET_SLOTS
-				     ? it->i - PTABLE_BUCKET_SLOTS
-				     : it->i;
+			it->b[i >= PTABLE_BUCKET_SLOTS];
+		uint32_t j = i >= PTABLE_BUCKET_SLOTS
+				     ? i - PTABLE_BUCKET_SLOTS
+				     : i;
 		/* Acquire: the block's record as its registrar wrote it
 		 * before the slot (pairs with ptable_insert's release). */
 		uint64_t v = atomic_load_explicit(&bk->slot[j],
 						  memory_order_acquire);
 
-		if (ptable_tag_is(v, it->key)) {
-			it->i++;
+		if (v && (v >> 48) == tag) {
+			it->i = i + 1;
 			return v;
 		}
 	}
+	it->i = i;
 	return 0;
 }
 
