@@ -280,11 +280,9 @@ static bool claim_entry(struct idle *q, uint32_t b, uint64_t old)
 {
 	if (!pool_block_claim(q->pool, b))
 		return false;
-	/* Ours now: no holder can release it, no hit revive it.  But the
-	 * release that made it idle may still be on its way to the idle
-	 * word (its drop came first): an atomic clear keeps its relgen
-	 * and MISFILED.  Relaxed: the next queuing of b follows its next
-	 * release, which our uncaching orders. */
+	/* Ours alone now (no holder can release it, no hit revive it):
+	 * only the entry to clear.  Relaxed: the next queuing of b follows
+	 * its next release, which our uncaching orders. */
 	old = atomic_fetch_and_explicit(&q->word[b], ~0xffffffffull,
 					memory_order_relaxed);
 	unmisfile(q, old);

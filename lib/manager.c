@@ -1054,7 +1054,6 @@ static int seq_commit(struct kvp_manager *m, uint64_t id,
 		if (ahead < upto)
 			keys[ahead % KVP_COMMIT_AHEAD] = prefix_store_prepare(
 				&m->prefix, s->blocks[ahead], &hashes[ahead]);
-
 		if (nranges && i >= until)
 			retain = block_retention(m, i, ranges, nranges, &until);
 		r = prefix_store(&m->prefix, s->blocks[i], &hashes[i], key,

@@ -80,7 +80,6 @@
  */
 #include <errno.h>
 #include <inttypes.h>
-#include <sched.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -108,10 +107,6 @@ struct prefix_block {
 	/* Registrations of the block so far (its slot carries the low 16
 	 * bits).  Written by the registrar alone. */
 	_Atomic uint32_t gen;
-	/* The index of its slot in its owner's table (written by the
-	 * registrar; read by whoever makes the block stop being cached,
-	 * to empty the slot). */
-	_Atomic uint64_t slot;
 } __attribute__((aligned(KVP_CACHELINE)));
 
 /*
@@ -151,13 +146,6 @@ static inline uint32_t retain_level(uint64_t w, uint64_t now)
 struct prefix_pool {
 	struct kvp_pool *pool; /* immutable */
 	struct prefix_block *blk; /* the records; the pointer immutable */
-	/* reg[b]: {gen & 0xffff, owner's uid} while b is registered by a
-	 * manager (set before CACHED, cleared before b stops being cached),
-	 * else 0.  A dense copy of what decides whether a table slot is
-	 * live, so that an insert's scan reads 8 bytes per slot, not a
-	 * record's line.  Synchronization: atomic (release by the writer
-	 * after the record; acquire by readers). */
-	_Atomic uint64_t *reg;
 	struct idle *idle;	  /* immutable */
 	/* Set (never cleared) once a block was committed above the default
 	 * priority: until then releases read no retention word.  Relaxed:
@@ -212,36 +200,29 @@ static inline bool rec_is(const struct prefix_block *r,
 		0xffffu) == 0;
 }
 
-/* A registration word while its registrar writes the record: matches no
- * slot (uid 0 is none's). */
-#define REG_PENDING (1ull << 48)
-
-static inline uint64_t reg_make(const struct prefix_cache *pc, uint32_t gen)
-{
-	return (uint64_t)(gen & 0xffffu) << 32 | pc->uid;
-}
-
-static inline void reg_set(struct prefix_pool *pp, uint32_t b, uint64_t v)
-{
-	/* Release: the record before the word (rec_live's acquire). */
-	atomic_store_explicit(&pp->reg[b], v, memory_order_release);
-}
-
-/* Whether slot {gen, b} of pc's table is live. */
-static bool rec_live(struct prefix_cache *pc, uint32_t b, uint32_t gen)
-{
-	/* Acquire: the record as its registrar wrote it before the word. */
-	return atomic_load_explicit(&pc->pp->reg[b], memory_order_acquire) ==
-	       reg_make(pc, gen);
-}
-
-/* ptable_owner's holds: b's record caches w (its slot is live). */
-static bool rec_holds(void *ctx, uint32_t b, const uint64_t w[4])
+/* ptable_ops: a slot {gen, b} of pc's table is live. */
+static bool rec_live(void *ctx, uint32_t b, uint32_t gen)
 {
 	struct prefix_cache *pc = ctx;
 
-	return hash_is(&pc->pp->blk[b], w);
+	/* Acquire: the record as the registration that set CACHED wrote
+	 * it (pairs with bstate_cache's release). */
+	return bstate_is_cached(pool_block_word_acquire(pc->pool, b)) &&
+	       rec_is(&pc->pp->blk[b], pc, gen);
 }
+
+/* ptable_ops: the slot is live and its block caches w. */
+static bool rec_holds(void *ctx, uint32_t b, uint32_t gen, const uint64_t w[4])
+{
+	struct prefix_cache *pc = ctx;
+
+	return rec_live(ctx, b, gen) && hash_is(&pc->pp->blk[b], w);
+}
+
+static const struct ptable_ops prefix_table_ops = {
+	.live = rec_live,
+	.holds = rec_holds,
+};
 
 /* Takes b's retention word from w to the default priority: whoever
  * clears a pin uncounts it.  Returns false if w was no longer b's word. */
@@ -262,15 +243,9 @@ static bool retain_demote(struct prefix_block *r, struct prefix_cache *pc,
  * uncounted).  By whoever holds it alone, or before the uncaching CAS. */
 static void forget_retention(struct prefix_block *r, struct prefix_cache *pc)
 {
-	uint64_t w;
-
-	/* Relaxed: the word orders nothing but itself.  Most blocks have
-	 * none: no read-modify-write for them (a raise needs the owner to
-	 * hold the block, which whoever forgets it excludes or races only
-	 * through the exchange below). */
-	if (!atomic_load_explicit(&r->retain, memory_order_relaxed))
-		return;
-	w = atomic_exchange_explicit(&r->retain, 0, memory_order_relaxed);
+	/* Relaxed: the word orders nothing but itself. */
+	uint64_t w = atomic_exchange_explicit(&r->retain, 0,
+					      memory_order_relaxed);
 
 	if (retain_prio(w) == KVP_RETAIN_PIN)
 		atomic_fetch_sub_explicit(&pc->pinned, 1, memory_order_relaxed);
@@ -414,15 +389,10 @@ static int prefix_pool_make(struct kvp_pool *pool, void **ctx)
 	 * huge pages spare them a TLB miss each in a large pool. */
 	if (pp->blk)
 		kvp_advise_huge(pp->blk, (size_t)n * sizeof(*pp->blk));
-	pp->reg = kvp_malloc_aligned(KVP_CACHELINE,
-				     (size_t)n * sizeof(*pp->reg));
-	if (!pp->blk || !pp->reg || idle_create(pool, &pp->idle) != 0) {
+	if (!pp->blk || idle_create(pool, &pp->idle) != 0) {
 		if (pp->blk)
 			kvp_free_aligned(pp->blk, KVP_CACHELINE,
 					 (size_t)n * sizeof(*pp->blk));
-		if (pp->reg)
-			kvp_free_aligned(pp->reg, KVP_CACHELINE,
-					 (size_t)n * sizeof(*pp->reg));
 		kvp_free_aligned(pp, KVP_CACHELINE, sizeof(*pp));
 		return -ENOMEM;
 	}
@@ -432,8 +402,6 @@ static int prefix_pool_make(struct kvp_pool *pool, void **ctx)
 			atomic_init(&pp->blk[b].hash[i], 0);
 		atomic_init(&pp->blk[b].retain, 0);
 		atomic_init(&pp->blk[b].gen, 0);
-		atomic_init(&pp->blk[b].slot, UINT64_MAX);
-		atomic_init(&pp->reg[b], 0);
 	}
 	atomic_init(&pp->retained, false);
 	atomic_init(&pp->evictable, 0);
@@ -451,7 +419,6 @@ static void prefix_pool_free(void *ctx)
 	uint32_t n = pp->pool->num_blocks;
 
 	idle_destroy(pp->idle);
-	kvp_free_aligned(pp->reg, KVP_CACHELINE, (size_t)n * sizeof(*pp->reg));
 	kvp_free_aligned(pp->blk, KVP_CACHELINE, (size_t)n * sizeof(*pp->blk));
 	kvp_free_aligned(pp, KVP_CACHELINE, sizeof(*pp));
 }
@@ -531,25 +498,13 @@ static void evict_finish(struct prefix_pool *pp, const uint32_t *ids,
 					    memory_order_relaxed) == pc) {
 			uint64_t w[4];
 
-			/* The hashes only for a sink (set before use). */
-			if (pc->event_cb) {
-				hash_read(&pp->blk[ids[i + k]], w);
-				memcpy(hashes[k].b, w, sizeof(w));
-			}
+			hash_read(&pp->blk[ids[i + k]], w);
+			memcpy(hashes[k].b, w, sizeof(w));
 			k++;
 		}
 		prefix_emit(pc, KVP_EVENT_REMOVED, hashes, k, NULL);
 		for (uint32_t j = i; j < i + k; j++) {
-			struct prefix_block *r = &pp->blk[ids[j]];
-
-			reg_set(pp, ids[j], 0);
-			ptable_clear(pc->table,
-				     atomic_load_explicit(&r->slot,
-							  memory_order_relaxed),
-				     ids[j],
-				     atomic_load_explicit(&r->gen,
-							  memory_order_relaxed));
-			forget_retention(r, pc);
+			forget_retention(&pp->blk[ids[j]], pc);
 			atomic_store_explicit(&pp->blk[ids[j]].owner, NULL,
 					      memory_order_relaxed);
 			pool_block_evicted(pp->pool, ids[j]);
@@ -647,12 +602,6 @@ static int prefix_check_pool(void *ctx)
 		    !atomic_load_explicit(&pp->blk[b].owner,
 					  memory_order_relaxed))
 			check_fail("cached block %u has no owner\n", b);
-		if (bstate_is_cached(s) !=
-		    (atomic_load_explicit(&pp->reg[b], memory_order_relaxed) !=
-		     0))
-			check_fail("block %u: cached flag and registration "
-				   "disagree\n",
-				   b);
 		if (!bstate_is_cached(s) &&
 		    atomic_load_explicit(&pp->blk[b].retain,
 					 memory_order_relaxed))
@@ -683,21 +632,12 @@ static const struct pool_reclaimer prefix_reclaimer = {
 /* Manager side                                                        */
 /* ------------------------------------------------------------------ */
 
-/* The uids of prefix caches, one per cache for the process's life (0 is
- * never one: it marks an unregistered block). */
-static _Atomic uint32_t prefix_uids;
-
 int prefix_cache_init(struct prefix_cache *pc, struct kvp_pool *pool,
 		      uint32_t max_pinned)
 {
 	int err;
 
 	memset(pc, 0, sizeof(*pc));
-	/* Relaxed: a unique number. */
-	do
-		pc->uid = atomic_fetch_add_explicit(&prefix_uids, 1,
-						    memory_order_relaxed) + 1;
-	while (pc->uid == 0);
 	pc->pool = pool;
 	pc->block_tokens = pool->block_tokens;
 	pc->max_pinned = max_pinned;
@@ -723,10 +663,6 @@ int prefix_cache_init(struct prefix_cache *pc, struct kvp_pool *pool,
 	}
 	/* Only prefix.c registers a reclaimer. */
 	pc->pp = pool_reclaimer_ctx(pool);
-	pc->owner.reg = pc->pp->reg;
-	pc->owner.uid = pc->uid;
-	pc->owner.holds = rec_holds;
-	pc->owner.ctx = pc;
 	return 0;
 }
 
@@ -897,9 +833,6 @@ uint64_t prefix_store_prepare(struct prefix_cache *pc, uint32_t b,
 	key = ptable_key(w);
 	ptable_prefetch(pc->table, key, true);
 	kvp_prefetch_w(&pc->pp->blk[b]);
-	/* The registration word too: a store that misses would hold up the
-	 * store's first locked instruction (it drains the store buffer). */
-	kvp_prefetch_w(&pc->pp->reg[b]);
 	pool_block_prefetch(pc->pool, b);
 	return key;
 }
@@ -918,11 +851,6 @@ bool prefix_store_begin(struct prefix_cache *pc)
 	/* Acquire: the reset's CLEARED before our STOREDs (pairs with the
 	 * release that lowers the flag). */
 	return atomic_load_explicit(&pc->resetting, memory_order_acquire) == 0;
-}
-
-void prefix_store_warm(struct prefix_cache *pc, uint64_t key)
-{
-	ptable_prefetch_owners(pc->table, key, &pc->owner);
 }
 
 void prefix_store_end(struct prefix_cache *pc, uint32_t n)
@@ -1027,7 +955,6 @@ void prefix_raise(struct prefix_cache *pc, uint32_t b, uint64_t want,
 		  uint32_t *unpinned)
 {
 	struct prefix_block *r = &pc->pp->blk[b];
-	uint32_t refused = 0;
 	uint64_t w, nw;
 
 	/* Relaxed: we hold b, so it stays cached; whose is it? */
@@ -1047,33 +974,27 @@ void prefix_raise(struct prefix_cache *pc, uint32_t b, uint64_t want,
 			return;
 		pin_add = retain_prio(nw) == KVP_RETAIN_PIN &&
 			  retain_prio(w) != KVP_RETAIN_PIN;
-		if (pin_add && (refused || !pin_admit(pc, &refused))) {
-			/* Refused once, counted once, even if the CAS
-			 * below must be tried again. */
+		if (pin_add && !pin_admit(pc, unpinned)) {
 			if (retain_level(w, now) >= KVP_RETAIN_MAX)
-				break;
+				return;
 			nw = retain_ready(pc, retain_make(KVP_RETAIN_MAX,
 							  retain_expiry(want)));
 			pin_add = false;
 		}
 		/* Relaxed: the word orders nothing but itself.  A demotion
-		 * or another holder's raise may replace w meanwhile: then
-		 * again. */
+		 * may replace w meanwhile: then again. */
 		if (atomic_compare_exchange_weak_explicit(
 			    &r->retain, &w, nw, memory_order_relaxed,
-			    memory_order_relaxed)) {
-			if (retain_prio(w) == KVP_RETAIN_PIN &&
-			    retain_prio(nw) != KVP_RETAIN_PIN)
-				atomic_fetch_sub_explicit(
-					&pc->pinned, 1, memory_order_relaxed);
-			retain_mark(pc->pp, retain_prio(nw));
+			    memory_order_relaxed))
 			break;
-		}
 		if (pin_add)
 			atomic_fetch_sub_explicit(&pc->pinned, 1,
 						  memory_order_relaxed);
 	}
-	*unpinned += refused;
+	if (retain_prio(w) == KVP_RETAIN_PIN &&
+	    retain_prio(nw) != KVP_RETAIN_PIN)
+		atomic_fetch_sub_explicit(&pc->pinned, 1, memory_order_relaxed);
+	retain_mark(pc->pp, retain_prio(nw));
 }
 
 int prefix_tick(struct prefix_cache *pc, uint64_t steps, uint64_t *now_out)
@@ -1149,34 +1070,16 @@ int prefix_store(struct prefix_cache *pc, uint32_t b, const struct kvp_hash *h,
 {
 	struct kvp_pool *pool = pc->pool;
 	struct prefix_block *r = &pc->pp->blk[b];
-	uint32_t gen, refused;
-	uint64_t w[4], slot = UINT64_MAX;
+	uint32_t gen;
+	uint64_t w[4];
 	enum ptable_result res;
 
-	uint64_t none = 0;
-
-	uint32_t st = pool_block_word(pool, b);
-
-	/* The registrar: the thread whose CAS takes b's registration word
-	 * from 0, as two holders of b (a fork and its source) may commit it
-	 * at once.  A registered word stays non-zero until b stops being
-	 * cached.  A sole holder (one reference, uncached: ours; a fork of
-	 * our sequence waits for our sequence's lock) needs no CAS.
-	 * Acquire: the record as the last registrar left it (the pool's
-	 * hand-off of the block orders it for a sole holder). */
-	if (bstate_is_cached(st))
+	/* Relaxed: b is held by the caller; only a registration (by a
+	 * holder: a fork's sibling) or a reset changes CACHED meanwhile. */
+	if (bstate_is_cached(pool_block_word(pool, b)))
 		return 0;
-	if (st == 1)
-		atomic_store_explicit(&pc->pp->reg[b], REG_PENDING,
-				      memory_order_relaxed);
-	else if (!atomic_compare_exchange_strong_explicit(
-			 &pc->pp->reg[b], &none, REG_PENDING,
-			 memory_order_acquire, memory_order_relaxed))
-		return 0; /* cached already, or being registered */
 	hash_words(h, w);
-	refused = *unpinned;
 	retain = store_word(pc, retain, unpinned);
-	refused = *unpinned - refused;
 	/* The registrar alone writes an uncached held block's record. */
 	gen = atomic_load_explicit(&r->gen, memory_order_relaxed) + 1;
 	for (int i = 0; i < 4; i++)
@@ -1184,12 +1087,9 @@ int prefix_store(struct prefix_cache *pc, uint32_t b, const struct kvp_hash *h,
 	atomic_store_explicit(&r->owner, pc, memory_order_relaxed);
 	atomic_store_explicit(&r->retain, retain, memory_order_relaxed);
 	atomic_store_explicit(&r->gen, gen, memory_order_relaxed);
-	reg_set(pc->pp, b, reg_make(pc, gen));
 	/* Release: the record before CACHED (bstate.h). */
 	pool_block_cache(pool, b);
-	res = ptable_insert(pc->table, key, w, b, gen, &pc->owner, &slot);
-	if (res == PTABLE_STORED || res == PTABLE_DUP)
-		atomic_store_explicit(&r->slot, slot, memory_order_relaxed);
+	res = ptable_insert(pc->table, key, w, b, gen, &prefix_table_ops, pc);
 	if (res == PTABLE_STORED) {
 		if (retain)
 			retain_mark(pc->pp, retain_prio(retain));
@@ -1198,12 +1098,8 @@ int prefix_store(struct prefix_cache *pc, uint32_t b, const struct kvp_hash *h,
 	/* Withdrawn: the retention first (a pin uncounted), then CACHED.
 	 * A hit that took b meanwhile keeps it, uncached.  Only a reset
 	 * may have uncached it first. */
-	reg_set(pc->pp, b, 0);
-	if (res == PTABLE_DUP)
-		ptable_clear(pc->table, slot, b, gen);
 	forget_retention(r, pc);
 	(void)pool_block_uncache(pool, b);
-	*unpinned -= refused; /* nothing stored: nothing refused */
 	if (res == PTABLE_FULL)
 		atomic_fetch_add_explicit(&pc->uncached, 1,
 					  memory_order_relaxed);
@@ -1214,7 +1110,10 @@ int prefix_store(struct prefix_cache *pc, uint32_t b, const struct kvp_hash *h,
  * and a reset's snapshot; the state CASes decide). */
 static bool slot_live(struct prefix_cache *pc, uint64_t v)
 {
-	return v && rec_live(pc, ptable_slot_block(v), ptable_slot_gen(v));
+	return v && bstate_is_cached(pool_block_word(pc->pool,
+						     ptable_slot_block(v))) &&
+	       rec_is(&pc->pp->blk[ptable_slot_block(v)], pc,
+		      ptable_slot_gen(v));
 }
 
 /* Whether a live block of pc is held (a reset's -EBUSY). */
@@ -1248,17 +1147,9 @@ static bool clear_one(struct prefix_cache *pc, uint32_t b, uint32_t *freed,
 	for (;;) {
 		uint32_t s = pool_block_word(pc->pool, b);
 
-		if (!bstate_is_cached(s))
+		if (!bstate_is_cached(s) || (s & KVP_ST_EVICTING))
 			return false;
-		if (s & KVP_ST_EVICTING) {
-			/* Claimed: its evictor either evicts it (and reports
-			 * it) or gives it back, when it is ours to forget.
-			 * Claims last a few hundred nanoseconds. */
-			sched_yield();
-			continue;
-		}
 		if (pool_block_take_idle(pc->pool, b)) {
-			reg_set(pc->pp, b, 0);
 			forget_retention(r, pc);
 			atomic_store_explicit(&r->owner, NULL,
 					      memory_order_relaxed);
@@ -1271,7 +1162,6 @@ static bool clear_one(struct prefix_cache *pc, uint32_t b, uint32_t *freed,
 		 * ours (after the CAS its holders may free it, and a new
 		 * registrar write its record); if a claim wins meanwhile,
 		 * its evictor's forget finds the word cleared. */
-		reg_set(pc->pp, b, 0);
 		forget_retention(r, pc);
 		if (pool_block_uncache(pc->pool, b))
 			return true;

@@ -36,8 +36,8 @@
 #include "compiler.h"
 #include "kvpool.h"
 #include "pool.h"
-#include "ptable.h"
 
+struct ptable;
 struct prefix_pool;
 
 /*
@@ -51,8 +51,6 @@ struct prefix_cache {
 	uint32_t block_tokens; /* immutable */
 	struct ptable *table;  /* immutable; NULL: no prefix caching */
 	struct prefix_pool *pp; /* immutable: the pool's reclaimer state */
-	uint32_t uid;		/* immutable: unique in the process */
-	struct ptable_owner owner; /* immutable: what the table asks */
 	/* The sink, set before concurrent use; a sink that is not
 	 * concurrent is called under event_lock. */
 	pthread_mutex_t event_lock;
@@ -131,9 +129,6 @@ void prefix_unhit(struct kvp_pool *pool, const uint32_t *blocks, uint32_t n);
 bool prefix_store_begin(struct prefix_cache *pc);
 uint64_t prefix_store_prepare(struct prefix_cache *pc, uint32_t b,
 			      const struct kvp_hash *h);
-/* The second look ahead, for a key prefix_store_prepare returned some
- * blocks before (half as far ahead). */
-void prefix_store_warm(struct prefix_cache *pc, uint64_t key);
 int prefix_store(struct prefix_cache *pc, uint32_t b, const struct kvp_hash *h,
 		 uint64_t key, uint64_t retain, uint32_t *unpinned);
 void prefix_store_end(struct prefix_cache *pc, uint32_t n);

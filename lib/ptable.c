@@ -10,7 +10,7 @@
  * bits, the low 16 bits of the block's registration generation, and the
  * block.  A slot is only a hint: the block's record (hash, owner, gen,
  * the CACHED flag of its state word; the caller's, seen through
- * struct ptable_owner's registration words) says whether it is true.  A slot is live while its
+ * struct ptable_ops) says whether it is true.  A slot is live while its
  * block is cached by this table's manager under that gen; otherwise it
  * is stale.  Nothing ever deletes a slot: an eviction only changes the
  * block's record and state, which makes the slot stale, and a later
@@ -59,24 +59,62 @@
 #include "alloc.h"
 #include "ptable.h"
 
-/* The table key's secret (ptable.h says why), drawn by key_init. */
-uint64_t ptable_key_secret[4];
+/*
+ * The table key's secret: 32 random bytes per process, drawn once, before
+ * the first table exists (key_init, from ptable_create; pthread_once
+ * orders it before every use).
+ *
+ * Block hashes are public: vLLM-compatible ones with a known seed, or
+ * SHA-256 of prompts a client chooses.  With a key anyone can compute,
+ * a client could grind prompts whose blocks share a bucket pair and
+ * fill it, so that its commits leave other tenants' blocks uncached.
+ * Keyed, the buckets and tag are unpredictable without the secret, which
+ * never leaves the process.
+ */
+static uint64_t key_secret[4];
 static pthread_once_t key_once = PTHREAD_ONCE_INIT;
+
+static inline uint64_t mul_fold64(uint64_t a, uint64_t b)
+{
+	__uint128_t p = (__uint128_t)a * b;
+
+	return (uint64_t)p ^ (uint64_t)(p >> 64);
+}
+
+/*
+ * The table key of a hash: all its words, mixed with the secret (callers
+ * may pass hashes of their own, not only uniform ones).  It is XXH3's
+ * 17-to-32-byte path over the 32 bytes with key_secret as the first 32
+ * bytes of its secret (so XXH3_64bits_withSecret on a little-endian
+ * machine): two 64x64->128-bit multiplies of input words masked by
+ * secret words, folded, then XXH3's avalanche.
+ */
+uint64_t ptable_key(const uint64_t w[4])
+{
+	uint64_t x = 32 * 0x9e3779b185ebca87ull;
+
+	x += mul_fold64(w[0] ^ key_secret[0], w[1] ^ key_secret[1]);
+	x += mul_fold64(w[2] ^ key_secret[2], w[3] ^ key_secret[3]);
+	x ^= x >> 37;
+	x *= 0x165667919e3779f9ull;
+	x ^= x >> 32;
+	return x;
+}
 
 static void key_init(void)
 {
-	unsigned char *p = (unsigned char *)ptable_key_secret;
+	unsigned char *p = (unsigned char *)key_secret;
 	size_t got = 0;
 
-	while (got < sizeof(ptable_key_secret)) {
-		ssize_t r = getrandom(p + got, sizeof(ptable_key_secret) - got,
+	while (got < sizeof(key_secret)) {
+		ssize_t r = getrandom(p + got, sizeof(key_secret) - got,
 				      GRND_NONBLOCK);
 
 		if (r <= 0)
 			break;
 		got += (size_t)r;
 	}
-	if (got < sizeof(ptable_key_secret)) {
+	if (got < sizeof(key_secret)) {
 		/* No randomness yet (early boot, a sandbox without the
 		 * syscall): the time, the process and an address, so that
 		 * the key still differs from process to process. */
@@ -88,10 +126,9 @@ static void key_init(void)
 		s ^= (uint64_t)getpid() << 32 ^ (uint64_t)(uintptr_t)&got;
 		for (int i = 0; i < 4; i++) {
 			s += 0x9e3779b97f4a7c15ull; /* splitmix64 */
-			ptable_key_secret[i] =
-				ptable_mul_fold64(s ^ (s >> 30),
-						  0xbf58476d1ce4e5b9ull) ^
-				ptable_mul_fold64(s, 0x94d049bb133111ebull);
+			key_secret[i] = mul_fold64(s ^ (s >> 30),
+						   0xbf58476d1ce4e5b9ull) ^
+					mul_fold64(s, 0x94d049bb133111ebull);
 		}
 	}
 }
@@ -145,23 +182,6 @@ void ptable_destroy(struct ptable *t)
 	kvp_free(t, sizeof(*t));
 }
 
-void ptable_clear(struct ptable *t, uint64_t i, uint32_t b, uint32_t gen)
-{
-	_Atomic uint64_t *s;
-	uint64_t v;
-
-	if (i >= ptable_nslots(t))
-		return;
-	s = &t->bucket[i / PTABLE_BUCKET_SLOTS].slot[i % PTABLE_BUCKET_SLOTS];
-	/* Relaxed: the slot is a hint; only its own entry is emptied, by
-	 * CAS, and an insert that reused it meanwhile keeps it. */
-	v = atomic_load_explicit(s, memory_order_relaxed);
-	if (v && ptable_slot_block(v) == b &&
-	    ptable_slot_gen(v) == (gen & 0xffffu))
-		(void)atomic_compare_exchange_strong_explicit(
-			s, &v, 0, memory_order_relaxed, memory_order_relaxed);
-}
-
 bool ptable_slot_homed(const struct ptable *t, uint64_t key, uint64_t i)
 {
 	uint64_t b1, b2;
@@ -173,114 +193,58 @@ bool ptable_slot_homed(const struct ptable *t, uint64_t key, uint64_t i)
 /* Whether a live slot other than `mine` of key's buckets holds w. */
 static bool held_elsewhere(struct ptable_iter *it, const uint64_t w[4],
 			   const _Atomic uint64_t *mine,
-			   const struct ptable_owner *o)
+			   const struct ptable_ops *ops, void *ctx)
 {
-	for (uint32_t k = 0; k < 2; k++) {
-		const _Atomic uint64_t *slot = it->b[k]->slot;
+	for (uint32_t i = 0; i < 2 * PTABLE_BUCKET_SLOTS; i++) {
+		const _Atomic uint64_t *s = &it->b[i / PTABLE_BUCKET_SLOTS]
+						     ->slot[i % PTABLE_BUCKET_SLOTS];
+		/* Acquire: the record of the slot's block (the other
+		 * insert's release). */
+		uint64_t v = atomic_load_explicit(s, memory_order_acquire);
 
-		for (uint32_t i = 0; i < PTABLE_BUCKET_SLOTS; i++) {
-			/* Acquire: the slot's registration (the other
-			 * insert's release). */
-			uint64_t v = atomic_load_explicit(
-				&slot[i], memory_order_acquire);
+		if (s != mine && ptable_tag_is(v, it->key) &&
+		    ops->holds(ctx, ptable_slot_block(v), ptable_slot_gen(v),
+			       w))
+			return true;
+	}
+	return false;
+}
 
-			if (ptable_tag_is(v, it->key) && &slot[i] != mine &&
-			    ptable_live(o, v) &&
-			    o->holds(o->ctx, ptable_slot_block(v), w))
-				return true;
+/*
+ * The scan of an insert: a live entry holding w (then *at is NULL and
+ * the result true), else the first empty or stale slot in *at with the
+ * value seen in *seen (*at NULL if none).
+ */
+static bool scan(struct ptable_iter *it, const uint64_t w[4],
+		 _Atomic uint64_t **at, uint64_t *seen,
+		 const struct ptable_ops *ops, void *ctx)
+{
+	*at = NULL;
+	for (uint32_t i = 0; i < 2 * PTABLE_BUCKET_SLOTS; i++) {
+		_Atomic uint64_t *s =
+			(_Atomic uint64_t *)&it->b[i / PTABLE_BUCKET_SLOTS]
+				->slot[i % PTABLE_BUCKET_SLOTS];
+		/* Acquire: as held_elsewhere(). */
+		uint64_t v = atomic_load_explicit(s, memory_order_acquire);
+		uint32_t b = ptable_slot_block(v), g = ptable_slot_gen(v);
+
+		if (v && ptable_tag_is(v, it->key) && ops->holds(ctx, b, g, w)) {
+			*at = NULL;
+			return true;
+		}
+		if (!*at && (!v || !ops->live(ctx, b, g))) {
+			*at = s;
+			*seen = v;
 		}
 	}
 	return false;
 }
 
-/* What an insert's scan found: the live entry holding its hash, or the
- * slot it may take. */
-struct scan {
-	_Atomic uint64_t *empty[2]; /* each bucket's first empty slot */
-	uint32_t nempty[2];	    /* and its empty slots */
-	bool held;		    /* a live entry holds the hash */
-};
-
-/* One pass over key's buckets: a live entry holding w, and the empty
- * slots. */
-static void scan(struct ptable_iter *it, const uint64_t w[4],
-		 struct scan *sc, const struct ptable_owner *o)
-{
-	sc->held = false;
-	for (uint32_t k = 0; k < 2; k++) {
-		_Atomic uint64_t *slot = (_Atomic uint64_t *)it->b[k]->slot,
-				 *empty = NULL;
-		uint64_t v[PTABLE_BUCKET_SLOTS], tag = it->key >> 48;
-		uint32_t n = 0;
-
-		/* The loads first, then the tests (in locals: the compiler
-		 * keeps them in registers). */
-		for (uint32_t i = 0; i < PTABLE_BUCKET_SLOTS; i++)
-			/* Acquire: as held_elsewhere(). */
-			v[i] = atomic_load_explicit(&slot[i],
-						    memory_order_acquire);
-		for (uint32_t i = PTABLE_BUCKET_SLOTS; i-- > 0;) {
-			if (!v[i]) {
-				empty = &slot[i];
-				n++;
-			} else if ((v[i] >> 48) == tag &&
-				   ptable_live(o, v[i]) &&
-				   o->holds(o->ctx, ptable_slot_block(v[i]),
-					    w)) {
-				sc->held = true;
-				return;
-			}
-		}
-		sc->empty[k] = empty;
-		sc->nempty[k] = n;
-	}
-}
-
-/* The first stale slot of key's buckets (its value in *seen), or NULL:
- * slots whose block left the cache without emptying them (a reset, an
- * eviction on its way). */
-static _Atomic uint64_t *first_stale(struct ptable_iter *it, uint64_t *seen,
-				     const struct ptable_owner *o)
-{
-	for (uint32_t k = 0; k < 2; k++) {
-		_Atomic uint64_t *slot = (_Atomic uint64_t *)it->b[k]->slot;
-
-		for (uint32_t i = 0; i < PTABLE_BUCKET_SLOTS; i++) {
-			/* Relaxed: the CAS from this value decides. */
-			uint64_t v = atomic_load_explicit(
-				&slot[i], memory_order_relaxed);
-
-			if (v && !ptable_live(o, v)) {
-				*seen = v;
-				return &slot[i];
-			}
-		}
-	}
-	return NULL;
-}
-
-/*
- * The slot an insert takes (sc from scan()): an empty one of the bucket
- * with more empty slots (two choices keep the fullest bucket near the
- * average: a table at most two sevenths full practically never has both
- * of a key's buckets full), else a stale one, else NULL (the insert
- * leaves its block uncached, and is counted).  Empty slots cost no read
- * beyond the two bucket lines.
- */
-static _Atomic uint64_t *pick(struct ptable_iter *it, const struct scan *sc,
-			      uint64_t *seen, const struct ptable_owner *o)
-{
-	*seen = 0;
-	if (sc->nempty[0] || sc->nempty[1])
-		return sc->empty[sc->nempty[0] >= sc->nempty[1] ? 0 : 1];
-	return first_stale(it, seen, o);
-}
-
 enum ptable_result ptable_insert(struct ptable *t, uint64_t key,
 				 const uint64_t w[4], uint32_t b, uint32_t gen,
-				 const struct ptable_owner *o, uint64_t *slot)
+				 const struct ptable_ops *ops, void *ctx)
 {
-	uint64_t mine = ptable_slot_make(key, gen, b), seen, ver, off;
+	uint64_t mine = ptable_slot_make(key, gen, b), seen, ver;
 	struct ptable_iter it;
 	_Atomic uint64_t *at, *vw;
 
@@ -290,12 +254,9 @@ enum ptable_result ptable_insert(struct ptable *t, uint64_t key,
 	 * that this value follows (see the argument at the top). */
 	ver = atomic_load_explicit(vw, memory_order_acquire);
 	for (;;) {
-		struct scan sc;
-
-		scan(&it, w, &sc, o);
-		if (sc.held)
+		if (scan(&it, w, &at, &seen, ops, ctx))
 			return PTABLE_EXISTS;
-		if (!(at = pick(&it, &sc, &seen, o)))
+		if (!at)
 			return PTABLE_FULL;
 		/* Release: b's record before the slot (readers' acquire). */
 		if (atomic_compare_exchange_strong_explicit(
@@ -305,14 +266,11 @@ enum ptable_result ptable_insert(struct ptable *t, uint64_t key,
 		/* Another insert took the slot: scan again. */
 		ver = atomic_load_explicit(vw, memory_order_acquire);
 	}
-	off = (uint64_t)((char *)at - (char *)t->bucket);
-	*slot = off / sizeof(struct ptable_bucket) * PTABLE_BUCKET_SLOTS +
-		off % sizeof(struct ptable_bucket) / sizeof(uint64_t) - 1;
 	/* acq_rel: publishes our slot to the inserts that follow ours;
 	 * on failure, acquires the slots of the insert that won. */
 	while (!atomic_compare_exchange_weak_explicit(
 		vw, &ver, ver + 1, memory_order_acq_rel, memory_order_acquire))
-		if (held_elsewhere(&it, w, at, o))
+		if (held_elsewhere(&it, w, at, ops, ctx))
 			return PTABLE_DUP;
 	return PTABLE_STORED;
 }
