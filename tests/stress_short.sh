@@ -10,8 +10,6 @@ b=${top_builddir:-.}
 "$b/stress/stress_seq" 4 2
 "$b/stress/stress_seqmap" 4 40000
 "$b/stress/stress_seqmap" 3 20000 --ids 4 --fresh 60
-"$b/stress/stress_ring" 4 2
-"$b/stress/stress_ring" 3 1 --ids 1000 --batch 64
 "$b/stress/stress_churn" 2000 8
 "$b/stress/stress_prefix" 3 2
 "$b/stress/stress_prefix" 3 2 --blocks 1024 --prefixes 32
