@@ -238,19 +238,21 @@ KVP_API void kvp_thread_flush(void);
  *                                                              different
  *                                                              sequences
  *                                                              never contend
- *   kvp_seq_create_cached,        everything on any manager    no lock: hits,
- *   kvp_seq_commit,               of any pool                  commits,
- *   kvp_prefix_reset                                           releases to
- *                                                              idle and
- *                                                              evictions
- *                                                              decide by CAS;
- *                                                              a reset waits
- *                                                              for the
- *                                                              commits and
- *                                                              evictions in
- *                                                              flight (two
- *                                                              RCU grace
- *                                                              periods)
+ *   kvp_seq_create_cached,        everything on any manager    hits take no
+ *   kvp_seq_commit,               of any pool                  lock; releases
+ *   kvp_prefix_reset                                           to zero,
+ *                                                              evictions and
+ *                                                              resets take the
+ *                                                              pool's
+ *                                                              evictable-list
+ *                                                              lock briefly;
+ *                                                              commits,
+ *                                                              resets and
+ *                                                              evictions of a
+ *                                                              manager's
+ *                                                              blocks take
+ *                                                              its table's
+ *                                                              store lock
  *   kvp_manager_set_event_cb      nothing on this manager      set before use
  *   kvp_manager_check             nothing on the pool          quiescence
  *   kvp_manager_destroy           nothing on this manager      -
@@ -783,11 +785,9 @@ KVP_API int kvp_prefix_retention(struct kvp_manager *m,
 /*
  * Forgets every cached block of the manager (vLLM's reset_prefix_cache,
  * e.g. after a weight update): the blocks go back to the free list.
- * Emits KVP_EVENT_CLEARED.  Commits of the manager that run meanwhile
- * store nothing; blocks other threads are evicting are theirs (the reset
- * waits for their REMOVED before its CLEARED).  Errors: -EINVAL (NULL m,
- * no prefix cache), -EBUSY (a cached block is referenced: nothing
- * changed).  Not from inside an event callback.
+ * Emits KVP_EVENT_CLEARED.  Errors: -EINVAL (NULL m, no prefix cache),
+ * -EBUSY (a cached block is referenced by a sequence, or an allocation on
+ * another thread is evicting one right now: nothing changed).
  */
 KVP_API int kvp_prefix_reset(struct kvp_manager *m);
 
@@ -875,39 +875,22 @@ KVP_API int kvp_manager_set_event_medium(struct kvp_manager *m,
  * Sets (cb NULL: clears) the manager's event callback.  It is called
  * synchronously by the thread whose call caused the event: STORED from
  * kvp_seq_commit, REMOVED from any allocation on the pool (any manager's),
- * CLEARED from kvp_prefix_reset; so from several threads, but for one
- * hash always in the order the events happened: a block is stored before
- * it can be evicted, and a hash is stored again only after its removal
- * was reported.  ev->seq numbers a manager's events: per hash, STORED
- * has a lower seq than the REMOVED that follows it, and that REMOVED a
- * lower seq than the hash's next STORED.  A callback set here is called
- * under the manager's event lock, so the calls of one manager never
- * overlap and their seqs are in call order; one set with
- * kvp_manager_set_event_cb_ex(..., KVP_EVENT_CB_CONCURRENT) may be called
- * from several threads at once, with no lock (a sink that merges by seq,
- * as libkvpool-events' does).  A reset reports CLEARED after it forgot
- * the manager's blocks and after the REMOVED of every block an eviction
- * took from it meanwhile, and commits that race a reset store nothing:
- * no STORED before a CLEARED is of a block still cached after it, and no
- * REMOVED after a CLEARED is of a block cached before it.  Without a
- * callback, events cost nothing.  The
- * event's arrays live for the call only.  The callback must not call
- * kvpool functions on the pool.  Set it before other threads use the
- * manager.  Errors: -EINVAL (NULL m).
+ * CLEARED from kvp_prefix_reset; so concurrently from several threads, but
+ * for one hash always in the order the events happened (a block is stored
+ * before it can be evicted, and a hash is stored again only after its
+ * removal was reported; a reset waits for no eviction but fails with
+ * -EBUSY while one of its blocks is being evicted, so no REMOVED follows
+ * a CLEARED for a block stored before it).  Every event of a manager is
+ * delivered under the manager's event lock, so the calls of one manager
+ * never overlap and ev->seq numbers them in delivery order: per hash,
+ * STORED has a lower seq than the REMOVED that follows it, and CLEARED a
+ * higher seq than every event before it.  The event's arrays live for
+ * the call only.
+ * The callback must not call kvpool functions on the pool.  Set it before
+ * other threads use the manager.  Errors: -EINVAL (NULL m).
  */
 KVP_API int kvp_manager_set_event_cb(struct kvp_manager *m, kvp_event_cb cb,
 				     void *arg);
-
-/* The callback may be called from several threads at once. */
-#define KVP_EVENT_CB_CONCURRENT 1u
-
-/*
- * kvp_manager_set_event_cb with flags: 0 or KVP_EVENT_CB_CONCURRENT.
- * Errors: -EINVAL (NULL m, an unknown flag).
- */
-KVP_API int kvp_manager_set_event_cb_ex(struct kvp_manager *m,
-					kvp_event_cb cb, void *arg,
-					uint32_t flags);
 
 /* ------------------------------------------------------------------ */
 /* KV data (data-owning pools)                                         */

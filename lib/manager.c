@@ -1005,7 +1005,6 @@ static int seq_commit(struct kvp_manager *m, uint64_t id,
 	uint64_t retain = 0, until = 0; /* block i's word, valid to until */
 	struct kvp_seq *s;
 	uint32_t upto, run = 0, i, refused = 0, run_prio = KVP_RETAIN_DEFAULT;
-	uint32_t levels = 0;
 	int err = 0, added = 0;
 
 	s = seq_acquire(m, id);
@@ -1023,15 +1022,7 @@ static int seq_commit(struct kvp_manager *m, uint64_t id,
 		seq_unlock(s);
 		return -EINVAL;
 	}
-	for (i = 0; i < nranges; i++)
-		levels |= 1u << ranges[i].priority;
-	if (levels && (err = prefix_prepare_levels(&m->prefix, levels)) != 0) {
-		seq_unlock(s);
-		return err;
-	}
-	/* A reset running: store nothing (a later commit may). */
-	if (!prefix_store_begin(&m->prefix) && upto > s->committed)
-		upto = s->committed;
+	prefix_store_begin(&m->prefix);
 	/* Blocks committed before (hits, a fork sibling's) keep their
 	 * priority unless this commit raises it. */
 	for (i = 0; nranges && i < s->committed && i < upto; i++) {
@@ -1086,7 +1077,7 @@ static int seq_commit(struct kvp_manager *m, uint64_t id,
 	}
 	if (!err && i > run)
 		commit_emit(m, hashes, run, i, info, run_prio);
-	prefix_store_end(&m->prefix, (uint32_t)added);
+	prefix_store_end(&m->prefix);
 	if (s->committed < i)
 		s->committed = err ? i : upto;
 	seq_unlock(s);
@@ -1156,12 +1147,21 @@ KVP_API int kvp_prefix_retention(struct kvp_manager *m,
 
 KVP_API int kvp_prefix_reset(struct kvp_manager *m)
 {
+	int err;
+
 	if (!m || !(m->flags & KVP_PREFIX_CACHE))
 		return -EINVAL;
+	/* Under the event lock: a concurrent commit's STORED comes before
+	 * CLEARED if the reset forgot its blocks, after it if not. */
 	/* Parked references are references: dropped first (a reset is
 	 * rare; this freezes every thread cache of the pool once). */
 	(void)pool_unpark_all(m->pool);
-	return prefix_reset(&m->prefix);
+	prefix_events_begin(&m->prefix);
+	err = prefix_clear(&m->prefix, false);
+	if (!err)
+		prefix_emit(&m->prefix, KVP_EVENT_CLEARED, NULL, 0, NULL);
+	prefix_events_end(&m->prefix);
+	return err;
 }
 
 KVP_API int kvp_manager_set_event_cb(struct kvp_manager *m, kvp_event_cb cb,
@@ -1169,18 +1169,7 @@ KVP_API int kvp_manager_set_event_cb(struct kvp_manager *m, kvp_event_cb cb,
 {
 	if (!m)
 		return -EINVAL;
-	prefix_set_event_sink(&m->prefix, cb, arg, false);
-	return 0;
-}
-
-KVP_API int kvp_manager_set_event_cb_ex(struct kvp_manager *m,
-					kvp_event_cb cb, void *arg,
-					uint32_t flags)
-{
-	if (!m || (flags & ~KVP_EVENT_CB_CONCURRENT))
-		return -EINVAL;
-	prefix_set_event_sink(&m->prefix, cb, arg,
-			      (flags & KVP_EVENT_CB_CONCURRENT) != 0);
+	prefix_set_event_sink(&m->prefix, cb, arg);
 	return 0;
 }
 

@@ -848,35 +848,6 @@ drop_held(struct kvp_pool *pool, uint32_t id, uint32_t s,
 	return true;
 }
 
-void pool_give_back(struct kvp_pool *pool, const uint32_t *ids, uint32_t n)
-{
-	/* Held once by us alone: free again with a plain store, as a sole
-	 * holder's free (see the top). */
-	for (uint32_t i = 0; i < n; i++)
-		atomic_store_explicit(&pool->state[ids[i]], 0,
-				      memory_order_relaxed);
-	if (n)
-		stack_push_ids(&pool->stack, pool->next, ids, n);
-}
-
-bool pool_block_unref(struct kvp_pool *pool, uint32_t b)
-{
-	uint32_t nw = bstate_drop(&pool->state[b]);
-
-	if (nw == UINT32_MAX)
-		kvp_fatal("a reference dropped twice");
-	if (bstate_refs(nw))
-		return false;
-	if (bstate_is_cached(nw))
-		return true;
-	/* Free and uncached (a reset took CACHED while we held it): ours
-	 * alone, to the global stack. */
-	stack_push_ids(&pool->stack, pool->next, &b, 1);
-	/* Relaxed: a count. */
-	atomic_fetch_add_explicit(&pool->direct_frees, 1, memory_order_relaxed);
-	return false;
-}
-
 /*
  * Second pass of kvp_pool_free over blocks that had other holders: drops
  * one reference per occurrence; a block whose count reaches zero goes to

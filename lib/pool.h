@@ -1,9 +1,8 @@
 /*
  * pool.h - the block pool's structure and its reclaimer hook (layer 4 of
  * DESIGN.md section 2: pool.c, over tcache.c and stack.h).  The layers
- * above (the prefix cache, manager.c, data.c) reach the blocks through
- * its functions; the pool never calls them, except through the
- * reclaimer hook below.
+ * above (prefix.c, manager.c, data.c) read the state words, the free
+ * stack's links and the data through it; the pool never calls them.
  */
 #ifndef KVP_POOL_H
 #define KVP_POOL_H
@@ -12,11 +11,21 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-#include "bstate.h"
 #include "compiler.h"
 #include "kvpool.h"
 #include "stack.h"
 #include "tcache.h"
+
+/*
+ * Per-block state word: bits 0..23 the reference count (0 = free, unless
+ * CACHED); then flags:
+ *   CACHED    the block caches a hash (the reclaimer's, prefix.c); with 0
+ *             references it is idle (evictable), on no free list;
+ *   EVICTING  the reclaimer has claimed an idle block (prefix.c).
+ */
+#define KVP_ST_REFS_MASK ((uint32_t)KVP_MAX_REFS)
+#define KVP_ST_CACHED (1u << 24)
+#define KVP_ST_EVICTING (1u << 25)
 
 /*
  * The reclaimer: the layer above that keeps blocks CACHED after their
@@ -142,79 +151,5 @@ uint64_t pool_used_estimate(struct kvp_pool *pool);
 /* Adds to counts[b] the parked references on block b (quiescent; for
  * kvp_manager_check, which counts every holder of a block). */
 void pool_count_parked(struct kvp_pool *pool, uint32_t *counts);
-
-/*
- * The state-word transitions the prefix cache makes (bstate.h has the
- * table and the orders).  b < pool->num_blocks.
- */
-static inline uint32_t pool_block_word(const struct kvp_pool *pool,
-				       uint32_t b)
-{
-	/* Relaxed: a snapshot; callers that act on it decide by CAS. */
-	return atomic_load_explicit(&pool->state[b], memory_order_relaxed);
-}
-
-/* The word, with acquire: what its last writer published before it. */
-static inline uint32_t pool_block_word_acquire(const struct kvp_pool *pool,
-					       uint32_t b)
-{
-	return atomic_load_explicit(&pool->state[b], memory_order_acquire);
-}
-
-static inline void pool_block_prefetch(const struct kvp_pool *pool,
-				       uint32_t b)
-{
-	kvp_prefetch_w(&pool->state[b]);
-}
-
-static inline bool pool_block_revive(struct kvp_pool *pool, uint32_t b,
-				     uint32_t *was)
-{
-	return bstate_revive(&pool->state[b], was);
-}
-
-static inline bool pool_block_claim(struct kvp_pool *pool, uint32_t b)
-{
-	return bstate_claim(&pool->state[b]);
-}
-
-static inline void pool_block_unclaim(struct kvp_pool *pool, uint32_t b)
-{
-	bstate_unclaim(&pool->state[b]);
-}
-
-static inline void pool_block_evicted(struct kvp_pool *pool, uint32_t b)
-{
-	bstate_evicted(&pool->state[b]);
-}
-
-static inline void pool_block_cache(struct kvp_pool *pool, uint32_t b)
-{
-	bstate_cache(&pool->state[b]);
-}
-
-static inline bool pool_block_uncache(struct kvp_pool *pool, uint32_t b)
-{
-	return bstate_uncache(&pool->state[b]);
-}
-
-static inline bool pool_block_take_idle(struct kvp_pool *pool, uint32_t b)
-{
-	return bstate_take_idle(&pool->state[b]);
-}
-
-/*
- * Drops the caller's reference on block b.  Returns true if that left it
- * idle (CACHED | 0): the caller, the prefix cache, queues it.  A block
- * left free and uncached goes back to the pool's free lists.
- */
-bool pool_block_unref(struct kvp_pool *pool, uint32_t b);
-
-/*
- * Idle cached blocks a reset took (each held once by the caller alone,
- * uncached) go back to the free lists.  Not counted as frees: the pool's
- * counts had them free all along.
- */
-void pool_give_back(struct kvp_pool *pool, const uint32_t *ids, uint32_t n);
 
 #endif /* KVP_POOL_H */

@@ -1,27 +1,24 @@
 /*
- * prefix.h - the prefix cache (layer 5, over ptable.c and idle.c): each
- * manager's blocks cached by hash (used by manager.c), and the pool's
+ * prefix.h - the prefix cache (layer 5 of DESIGN.md section 2): the
+ * managers' hash -> block maps (used by manager.c), and the pool's
  * evictable cached blocks, which the pool reaches only through the
  * reclaimer hook prefix.c registers (pool.h).  The correctness argument
- * is in prefix.c; doc/architecture.md, "The prefix store", has the
- * picture.
+ * is in prefix.c.
  *
  * Synchronisation table:
  *
  *   operation               may run concurrently with     note
  *   ----------------------  ----------------------------  ----------------
- *   prefix_take,            everything                    lock-free
- *   prefix_unhit,
- *   prefix_store,
- *   prefix_raise,
- *   prefix_tick,
- *   prefix_retention,
- *   the reclaimer hooks
- *   prefix_clear            everything but another clear  lock-free; its
- *                           of pc and fini                -EBUSY is a
- *                                                         snapshot
- *   event delivery          itself, for a concurrent      else under pc's
- *                           sink                          event lock
+ *   prefix_take             everything                    lock-free (RCU
+ *                                                         section, one CAS
+ *                                                         per block)
+ *   the reclaimer's idle    each other, prefix_take,      the pool's
+ *   and reclaim hooks,      prefix_store                  evictable-list
+ *   prefix_unhit,                                         lock
+ *   prefix_clear
+ *   prefix_store,           prefix_take, the pool side,   the manager's
+ *   prefix_clear,           other managers                store lock
+ *   the reclaim hook's deletions
  *   prefix_check_cache,     nothing on the pool           quiescence
  *   the check hook
  */
@@ -37,41 +34,34 @@
 #include "kvpool.h"
 #include "pool.h"
 
-struct ptable;
-struct prefix_pool;
+struct prefix_table;
 
 /*
- * A manager's prefix cache: its table hash -> block, its event sink and
- * its counters.  Owned by prefix.c (the manager embeds it and calls the
- * functions below); the pool sees the prefix cache only as its reclaimer
- * (pool.h), registered by the first prefix_cache_init() over it.
+ * A manager's prefix cache: its table hash -> block, the locks of the
+ * table's writers and of its events, its event sink and its counters.
+ * Owned by prefix.c (the manager embeds it and calls the functions
+ * below); the pool sees the prefix cache only as its reclaimer (pool.h),
+ * registered by the first prefix_cache_init() over it.
  */
 struct prefix_cache {
 	struct kvp_pool *pool; /* immutable; the manager's reference */
 	uint32_t block_tokens; /* immutable */
-	struct ptable *table;  /* immutable; NULL: no prefix caching */
-	struct prefix_pool *pp; /* immutable: the pool's reclaimer state */
-	/* The sink, set before concurrent use; a sink that is not
-	 * concurrent is called under event_lock. */
-	pthread_mutex_t event_lock;
-	kvp_event_cb event_cb;
+	/* The table, replaced under store_lock, read lock-free. */
+	_Atomic(struct prefix_table *) table;
+	pthread_mutex_t store_lock; /* the table's writers */
+	pthread_mutex_t event_lock; /* see prefix.c */
+	kvp_event_cb event_cb;	    /* set before concurrent use */
 	void *event_arg;
-	bool event_concurrent;
-	char event_medium[16]; /* set before concurrent use; "" none */
-	/* Resets running (atomic): commits store nothing meanwhile. */
-	_Atomic uint32_t resetting;
-	/* The next event's seq.  Synchronization: atomic. */
-	kvp_cacheline_aligned _Atomic uint64_t event_seq;
-	/* Cached blocks of this manager, those evictions took, commits
-	 * that found no slot.  Synchronization: atomic, relaxed (counts). */
+	uint64_t event_seq;	    /* the next event's seq; event_lock */
+	char event_medium[16];	    /* set before concurrent use; "" none */
+	/* Cached blocks of this manager, and those evictions took.
+	 * Synchronization: written under store_lock, read relaxed. */
 	kvp_cacheline_aligned _Atomic uint64_t cached;
 	_Atomic uint64_t evictions;
-	_Atomic uint64_t uncached;
 	/* Retention (prefix.c): the retention clock (atomic, relaxed), the
 	 * earliest expiry among this manager's idle timed blocks above the
-	 * default priority (atomic; lowered by releases, recomputed by the
-	 * tick that passes it), the blocks whose retention word pins them
-	 * (atomic) and the cap (immutable). */
+	 * default priority (list lock; read relaxed), the blocks whose
+	 * retention word pins them (atomic) and the cap (immutable). */
 	kvp_cacheline_aligned _Atomic uint64_t retain_now;
 	_Atomic uint64_t retain_next;
 	_Atomic uint32_t pinned;
@@ -89,17 +79,13 @@ int prefix_cache_init(struct prefix_cache *pc, struct kvp_pool *pool,
  * the table; no other thread may use pc. */
 void prefix_cache_fini(struct prefix_cache *pc);
 
-/* Where pc reports its events (cb NULL: nowhere); concurrent: the sink
- * may be called from several threads at once.  Before concurrent use. */
+/* Where pc reports its events (cb NULL: nowhere); before concurrent use. */
 void prefix_set_event_sink(struct prefix_cache *pc, kvp_event_cb cb,
-			   void *arg, bool concurrent);
+			   void *arg);
 /* Cached blocks of pc, how many evictions took, how many are pinned,
  * its retention clock (relaxed reads). */
 void prefix_cache_stats(struct prefix_cache *pc, uint64_t *cached,
 			uint64_t *evictions, uint64_t *pinned, uint64_t *clock);
-/* Commits of pc that found no free or stale slot (blocks left
- * uncached). */
-uint64_t prefix_uncached(struct prefix_cache *pc);
 
 /*
  * Takes a reference on the blocks caching hashes[0..n), as long as they
@@ -117,39 +103,33 @@ uint32_t prefix_take(struct prefix_cache *pc, const struct kvp_hash *hashes,
 void prefix_unhit(struct kvp_pool *pool, const uint32_t *blocks, uint32_t n);
 
 /*
- * A commit: prefix_store_begin enters it (false: a reset is running, so
- * store nothing), prefix_store_end(pc, n) leaves it, counting the n
- * blocks it stored.  In between, prefix_store caches block b (held by the caller, full)
- * under hash h, whose key prefix_store_prepare(pc, b, h) returned (asking
- * for the lines the store will touch: call it some blocks ahead).  It
- * returns 1 if stored, 0 if not: b is already cached, another block
- * caches h, or the table had no slot (counted in prefix_uncached).
- * Lock-free.
+ * A commit: prefix_store_begin takes pc's event and store locks (in that
+ * order), prefix_store_end drops them.  In between, prefix_store caches
+ * block b (held by the caller, full) under hash h, whose key
+ * prefix_store_prepare(pc, b, h) returned (asking for the lines the store
+ * will write: call it some blocks ahead).  prefix_store returns 1 if
+ * stored, 0 if b is already cached or another block caches h, or -ENOMEM
+ * (nothing changed).
  */
-bool prefix_store_begin(struct prefix_cache *pc);
+void prefix_store_begin(struct prefix_cache *pc);
+void prefix_store_end(struct prefix_cache *pc);
 uint64_t prefix_store_prepare(struct prefix_cache *pc, uint32_t b,
 			      const struct kvp_hash *h);
 int prefix_store(struct prefix_cache *pc, uint32_t b, const struct kvp_hash *h,
 		 uint64_t key, uint64_t retain, uint32_t *unpinned);
-void prefix_store_end(struct prefix_cache *pc, uint32_t n);
 
 /*
- * Retention (prefix.c, "Retention").  prefix_retain_word
+ * Retention (DESIGN.md 2.3; prefix.c "Retention").  prefix_retain_word
  * makes the word prefix_store and prefix_raise take: priority prio
  * (<= KVP_RETAIN_PIN) for `duration` ticks of pc's retention clock from
  * now (0: for ever).  A store that would pin past pc's cap stores
  * KVP_RETAIN_MAX instead and counts one in *unpinned.  prefix_raise
- * (the caller holds b) gives block b, if pc caches it, the
+ * (store lock; the caller holds b) gives block b, if pc caches it, the
  * word's priority if that is above its own now, or renews its expiry if
- * equal: a hit keeps its priority unless a commit raises it.  (A caller
- * that holds b.)
+ * equal: a hit keeps its priority unless a commit raises it.
  */
 uint64_t prefix_retain_word(struct prefix_cache *pc, uint32_t prio,
 			    uint64_t duration);
-/* Makes ready the idle rings of the priorities in the bitmap levels,
- * before a commit that may store or raise blocks to them: 0 or -ENOMEM
- * (nothing changed). */
-int prefix_prepare_levels(struct prefix_cache *pc, uint32_t levels);
 /* The priority of a word prefix_retain_word made. */
 static inline uint32_t prefix_word_priority(uint64_t word)
 {
@@ -167,13 +147,6 @@ int prefix_retention(struct prefix_cache *pc, const struct kvp_hash *h,
 		     uint32_t *prio, uint64_t *expires);
 
 /*
- * kvp_prefix_reset: waits for the commits running (new ones store
- * nothing meanwhile), forgets every cached block of pc as
- * prefix_clear(pc, false) and reports CLEARED.  0 or -EBUSY.
- */
-int prefix_reset(struct prefix_cache *pc);
-
-/*
  * Forgets every cached block of pc: evictable ones go back to the free
  * lists.  Without force, fails with -EBUSY (nothing changed) if any is
  * referenced; with force, referenced ones just stop being cached.
@@ -181,7 +154,12 @@ int prefix_reset(struct prefix_cache *pc);
  */
 int prefix_clear(struct prefix_cache *pc, bool force);
 
-/* Emits an event to pc's sink, if any. */
+/* Around a reset: orders its CLEARED event with other threads' events
+ * of pc (no-ops without a callback). */
+void prefix_events_begin(struct prefix_cache *pc);
+void prefix_events_end(struct prefix_cache *pc);
+
+/* Emits an event to pc's callback, if any (under pc's event lock). */
 void prefix_emit(struct prefix_cache *pc, enum kvp_event_type type,
 		 const struct kvp_hash *hashes, uint32_t n,
 		 const struct kvp_hash *parent);
@@ -199,12 +177,5 @@ int prefix_set_event_medium(struct prefix_cache *pc, const char *medium);
 int prefix_check_cache(struct prefix_cache *pc, uint64_t *nodes);
 /* Cached blocks in the pool (quiescent count). */
 uint64_t prefix_cached_blocks(struct kvp_pool *pool);
-
-#ifdef KVP_FAULT_INJECTION
-/* Test builds: called by a hit between its load of a slot and its CAS
- * on the block's state word (NULL: nothing), so a test can evict and
- * re-cache the block inside that window. */
-extern void (*prefix_take_hook)(struct prefix_cache *pc, uint32_t b);
-#endif
 
 #endif /* KVP_PREFIX_H */

@@ -1692,7 +1692,7 @@ static void on_event(const struct kvp_event *ev, void *arg)
 /* The events of the last call, the library's against the model's.  More
  * REMOVED events from the library than the model expects are evictions
  * ahead of need (into a thread cache): the model accepts each if it is
- * an idle block of the lowest priority (model_evicted_ahead). */
+ * the next least recently freed block's. */
 static void check_events(struct world *w)
 {
 	struct model_pool *mp = w->mp;

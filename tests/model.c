@@ -253,79 +253,54 @@ static uint64_t allocatable(const struct model_pool *mp)
 	return n;
 }
 
-/*
- * The lowest priority among idle blocks (not pinned) other than the
- * first n of skip[]; KVP_RETAIN_PIN if none.  The eviction order the
- * library promises (kvpool.h): lowest priority first, never a pin, and
- * within a priority approximately least recently freed: the model checks
- * the priorities exactly and leaves the order within one to the
- * library's rings (a block hit while queued may leave later than exact
- * LRU would say).
- */
-static uint32_t lowest_idle_level(const struct model_pool *mp,
-				  const uint32_t *skip, uint32_t n)
+/* The next evictable block: of the lowest priority, the least recently
+ * freed; never a pin.  UINT32_MAX if none. */
+static uint32_t lru_evictable(const struct model_pool *mp)
 {
-	uint32_t low = KVP_RETAIN_PIN;
+	uint32_t lru = UINT32_MAX;
 
 	for (uint32_t b = 0; b < mp->num_blocks; b++) {
-		bool skipped = false;
+		uint32_t l;
 
 		if (!mp->cached[b] || mp->refs[b])
 			continue;
-		for (uint32_t i = 0; i < n; i++)
-			skipped |= skip[i] == b;
-		if (!skipped && level_of(mp, b) < low)
-			low = level_of(mp, b);
+		l = level_of(mp, b);
+		if (l == KVP_RETAIN_PIN)
+			continue;
+		if (lru == UINT32_MAX || l < level_of(mp, lru) ||
+		    (l == level_of(mp, lru) &&
+		     mp->freed_at[b] < mp->freed_at[lru]))
+			lru = b;
 	}
-	return low;
-}
-
-/* Whether idle block b may be evicted now, the first n of skip[] being
- * evicted too: not a pin, and no idle block left of a lower priority. */
-static bool may_evict(const struct model_pool *mp, uint32_t b,
-		      const uint32_t *skip, uint32_t n)
-{
-	uint32_t l = level_of(mp, b);
-
-	return mp->cached[b] && !mp->refs[b] && l != KVP_RETAIN_PIN &&
-	       l <= lowest_idle_level(mp, skip, n);
-}
-
-/* Block b, idle, leaves the cache for an allocation: REMOVED. */
-static void cache_evict(struct model_pool *mp, uint32_t b)
-{
-	emit(mp, mp->owner[b], KVP_EVENT_REMOVED, &mp->hash[b], NULL);
-	((struct model_mgr *)mp->owner[b])->st.prefix_evictions++;
-	uncache(mp, b);
-	mp->cache_evictions++;
+	return lru;
 }
 
 bool model_evicted_ahead(struct model_pool *mp, const struct model_mgr *mm,
 			 const struct kvp_hash *h)
 {
-	uint32_t b;
+	uint32_t lru = lru_evictable(mp);
 
-	for (b = 0; b < mp->num_blocks; b++)
-		if (mp->cached[b] && mp->owner[b] == (const void *)mm &&
-		    !memcmp(&mp->hash[b], h, sizeof(*h)))
-			break;
-	if (b == mp->num_blocks || !may_evict(mp, b, &b, 1)) {
-		model_fail(mp, "an eviction ahead of need removed a hash "
-			       "that is not an idle block of the lowest "
-			       "priority (block %u)",
-			   b);
+	if (lru == UINT32_MAX || mp->owner[lru] != (const void *)mm ||
+	    memcmp(&mp->hash[lru], h, sizeof(*h)) != 0) {
+		model_fail(mp, "an eviction ahead of need removed another "
+			       "hash than the next block's in eviction order "
+			       "(block %u)",
+			   lru);
 		return false;
 	}
-	cache_evict(mp, b);
+	emit(mp, mp->owner[lru], KVP_EVENT_REMOVED, &mp->hash[lru], NULL);
+	((struct model_mgr *)mp->owner[lru])->st.prefix_evictions++;
+	uncache(mp, lru);
+	mp->cache_evictions++;
 	return true;
 }
 
 /*
  * Takes n blocks the library chose.  Each must be in range and free (and
  * so distinct, as taking one makes it held); never-cached free blocks
- * come first: if fewer than n are free, the others must be idle blocks
- * of the lowest priorities (may_evict), which lose their hashes
- * (KVP_EVENT_REMOVED, in the library's order).  Returns false (recorded)
+ * come first: if fewer than n are free, the others must be exactly the
+ * least recently freed evictable blocks, which lose their hashes
+ * (KVP_EVENT_REMOVED, in eviction order).  Returns false (recorded)
  * otherwise.
  */
 static bool take_chosen(struct model_pool *mp, uint32_t n,
@@ -369,30 +344,26 @@ static bool take_chosen(struct model_pool *mp, uint32_t n,
 			return false;
 		}
 	}
-	/* The evictions: exactly `evict` idle blocks, none while an idle
-	 * block of a lower priority stays, in the library's order. */
-	{
-		uint32_t ev[MODEL_MAX_EVENTS], k = 0;
+	/* The evictions, least recently freed first. */
+	for (uint32_t k = 0; k < evict; k++) {
+		uint32_t lru = lru_evictable(mp);
+		bool taken = false;
 
 		for (i = 0; i < n; i++)
-			if (mp->cached[chosen[i]] && k < MODEL_MAX_EVENTS)
-				ev[k++] = chosen[i];
-		if (k != evict) {
-			model_fail(mp, "%s: evicted %u cached blocks, %u "
-				       "needed",
-				   what, k, evict);
+			taken |= chosen[i] == lru;
+		if (lru == UINT32_MAX || !taken) {
+			model_fail(mp, "%s: evicted other blocks than the %u"
+				       " least recently freed (block %u was"
+				       " due)",
+				   what, evict, lru);
 			return false;
 		}
-		for (i = 0; i < k; i++)
-			if (!may_evict(mp, ev[i], ev, k)) {
-				model_fail(mp, "%s: evicted block %u of "
-					       "priority %u while an idle "
-					       "block of a lower one stays",
-					   what, ev[i], level_of(mp, ev[i]));
-				return false;
-			}
-		for (i = 0; i < k; i++)
-			cache_evict(mp, ev[i]); /* taken below as a free one */
+		emit(mp, mp->owner[lru], KVP_EVENT_REMOVED, &mp->hash[lru],
+		     NULL);
+		((struct model_mgr *)mp->owner[lru])->st.prefix_evictions++;
+		uncache(mp, lru);
+		mp->cache_evictions++;
+		/* Taken below like a free block. */
 	}
 	for (i = 0; i < n; i++) {
 		uint32_t b = chosen[i];
