@@ -61,9 +61,10 @@
 static void unpark_refs(struct tcache_depot *d, const uint32_t *ids,
 			uint32_t n);
 
-/* Per-block metadata: the state word and the free-stack link. */
-_Static_assert(sizeof(_Atomic uint32_t) * 2 <= 16,
-	       "per-block metadata must stay within 16 bytes");
+/* Per-block metadata: the state word and the free-stack link, each a
+ * 32-bit word that atomics handle without a lock. */
+_Static_assert(sizeof(_Atomic uint32_t) == 4 && ATOMIC_INT_LOCK_FREE == 2,
+	       "the state and link words must be lock-free 32-bit atomics");
 
 #define KVP_POOL_KNOWN_FLAGS (KVP_POOL_ZERO | KVP_POOL_NOCACHE)
 #define KVP_AUTO_CACHE_MAX 128u
@@ -1213,7 +1214,8 @@ static int free_distinct(struct kvp_pool *pool, const uint32_t *ids,
 }
 
 /*
- * Parked references (DESIGN.md section 2.1; tcache.h keeps them).  A
+ * Parked references (doc/architecture.md, "The pool"; tcache.h keeps
+ * them).  A
  * sequence's free parks its references on the blocks that were its
  * prefix-cache hits, the head of its chain (the end of ids: a table is
  * released last block first): blocks other requests share, which the

@@ -1,6 +1,6 @@
 /*
  * pool.h - the block pool's structure and its reclaimer hook (layer 4 of
- * DESIGN.md section 2: pool.c, over tcache.c and stack.h).  The layers
+ * doc/architecture.md, "Layers": pool.c, over tcache.c and stack.h).  The layers
  * above (prefix.c, manager.c, data.c) read the state words, the free
  * stack's links and the data through it; the pool never calls them.
  */

@@ -33,7 +33,7 @@
  *
  *   CACHED|r -> CACHED|r+1    a hit (prefix_take), lock-free; from r = 0
  *                             it revives an evictable block.
- *   CACHED|r -> CACHED|r-1    a release (pool.c drop_shared); reaching 0,
+ *   CACHED|r -> CACHED|r-1    a release (pool.c drop_held); reaching 0,
  *                             the releaser links the block at the tail of
  *                             the evictable list (prefix_release).
  *   CACHED|0 -> CACHED|EVICTING   an evictor claims the block, under the
@@ -129,13 +129,17 @@
 
 #define KVP_UNLINKED 0xfffffffeu /* prev[b] of a block not in the list */
 
+#ifdef KVP_FAULT_INJECTION
+void (*prefix_take_hook)(struct prefix_cache *pc, uint32_t b);
+#endif
+
 /*
  * What the pool keeps per block for the prefix cache: hash[b], the hash
  * b caches (atomic words: a stale reader may read them while a new
  * registration writes them), and owner[b], the manager caching b (NULL
  * if none).  One cache line per block: a hit reads both, a registration
  * writes both and an eviction reads both, so that in a large pool each
- * costs one miss, not two (the 24 bytes of padding buy that).
+ * costs one miss, not two (the 16 bytes of padding buy that).
  */
 struct prefix_block {
 	_Atomic uint64_t hash[4];
@@ -1101,9 +1105,9 @@ static void table_free_rcu(struct rcu_head *head)
 
 /*
  * A manager's table has, for its whole life, the slots it may ever need:
- * it caches at most every block of the pool, and 2 slots per block keep
- * it at most half full of entries (a power of two, at least 64; at most
- * 2^32 for 2^31 blocks).  Sized up front, it never grows: a commit never
+ * it caches at most every block of the pool, and 4 slots per block (a
+ * power of two, at least 64; at most 2^32 for 2^31 blocks) keep it at
+ * most a quarter full of entries, half full with tombstones.  Sized up front, it never grows: a commit never
  * waits for a resize, which for millions of entries takes a good part of
  * a second (faulting the new table's pages in).  Rebuilds only clear
  * deleted entries.
@@ -1387,6 +1391,10 @@ static bool take_one(struct prefix_cache *pc, struct prefix_pool *pp,
 		(void)kvp_pool_free(pool, &b, 1);
 		return false;
 	}
+#ifdef KVP_FAULT_INJECTION
+	if (prefix_take_hook)
+		prefix_take_hook(pc, b);
+#endif
 	s = atomic_load_explicit(st, memory_order_relaxed);
 
 	do {

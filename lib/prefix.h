@@ -1,5 +1,5 @@
 /*
- * prefix.h - the prefix cache (layer 5 of DESIGN.md section 2): the
+ * prefix.h - the prefix cache (layer 5, doc/architecture.md "Layers"): the
  * managers' hash -> block maps (used by manager.c), and the pool's
  * evictable cached blocks, which the pool reaches only through the
  * reclaimer hook prefix.c registers (pool.h).  The correctness argument
@@ -119,7 +119,7 @@ int prefix_store(struct prefix_cache *pc, uint32_t b, const struct kvp_hash *h,
 		 uint64_t key, uint64_t retain, uint32_t *unpinned);
 
 /*
- * Retention (DESIGN.md 2.3; prefix.c "Retention").  prefix_retain_word
+ * Retention (prefix.c, "Retention").  prefix_retain_word
  * makes the word prefix_store and prefix_raise take: priority prio
  * (<= KVP_RETAIN_PIN) for `duration` ticks of pc's retention clock from
  * now (0: for ever).  A store that would pin past pc's cap stores
@@ -177,5 +177,12 @@ int prefix_set_event_medium(struct prefix_cache *pc, const char *medium);
 int prefix_check_cache(struct prefix_cache *pc, uint64_t *nodes);
 /* Cached blocks in the pool (quiescent count). */
 uint64_t prefix_cached_blocks(struct kvp_pool *pool);
+
+#ifdef KVP_FAULT_INJECTION
+/* Test builds: called by a hit between its load of a slot and its CAS
+ * on the block's state word (NULL: nothing), so that a test can evict
+ * and re-cache the block inside that window (tests/check_aba.c). */
+extern void (*prefix_take_hook)(struct prefix_cache *pc, uint32_t b);
+#endif
 
 #endif /* KVP_PREFIX_H */
