@@ -159,11 +159,13 @@ static void peer_unref(struct rpeer *pe)
 static void ticket_done(void *data, void *hint)
 {
 	struct ticket *t = hint;
-	struct rpeer *pe = t->peer;
-	size_t len = t->pl->len;
+	struct rpeer *pe;
+	size_t len;
 
 	(void)data;
-	kvp_tsan_acquire(t); /* pairs with send_batch's release */
+	kvp_tsan_acquire(t); /* pairs with send_payload's release */
+	pe = t->peer;
+	len = t->pl->len;
 	/* Relaxed: bounds read by the publisher thread, not orders. */
 	atomic_fetch_sub_explicit(&pe->svc->qtotal, len, memory_order_relaxed);
 	atomic_fetch_sub_explicit(&pe->qbytes, len, memory_order_relaxed);
