@@ -25,7 +25,8 @@
  * ring_batches batches (it evicts the oldest).  What replays keep alive
  * beyond the ring is at most what libzmq still holds of their messages,
  * counted by the tickets: at most PEER_BYTES (or one message) and
- * PEER_MSGS messages per peer, and TOTAL_BYTES over all peers.  Requests
+ * PEER_MSGS messages per peer, and TOTAL_BYTES over all peers; the
+ * kernel holds at most SNDBUF (doubled by Linux) more per peer.  Requests
  * are tiny: MAXMSGSIZE bounds a frame, RCVHWM the messages queued per
  * peer, PEERS_MAX the peers tracked.
  *
@@ -69,6 +70,7 @@
 #define PEER_MSGS 256u
 #define TOTAL_BYTES (32ull << 20)
 #define SNDHWM 1024
+#define SNDBUF (64 << 10) /* the kernel's send buffer per peer */
 #define RCVHWM 64
 #define MAXMSGSIZE 64
 #define REQS_PER_ROUND 32u
@@ -551,12 +553,14 @@ bool kvpe_replay_serve(struct kvpe_replay *r)
 static int sock_opts(void *s)
 {
 	int one = 1, sndhwm = SNDHWM, rcvhwm = RCVHWM, zero = 0;
+	int sndbuf = SNDBUF;
 	int64_t maxmsg = MAXMSGSIZE;
 
 	if (zmq_setsockopt(s, ZMQ_ROUTER_MANDATORY, &one, sizeof(one)) ||
 	    zmq_setsockopt(s, ZMQ_SNDHWM, &sndhwm, sizeof(sndhwm)) ||
 	    zmq_setsockopt(s, ZMQ_RCVHWM, &rcvhwm, sizeof(rcvhwm)) ||
 	    zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &maxmsg, sizeof(maxmsg)) ||
+	    zmq_setsockopt(s, ZMQ_SNDBUF, &sndbuf, sizeof(sndbuf)) ||
 	    zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof(zero)))
 		return errno ? -errno : -EIO;
 	return 0;

@@ -20,6 +20,8 @@
  * batch in 100 on purpose) and fills every gap by replay.  Checks:
  *   - no event dropped by the producer;
  *   - the honest client's set of blocks equals the manager's cached set;
+ *   - a client that reads nothing for 3.5 s gets a cut replay: a prefix,
+ *     then the end marker, counted in the stats;
  *   - kvp_pub_destroy, called while the attack goes on, returns within
  *     1 s;
  *   - the node's RSS grew by at most ring_bytes + 64 MB from before the
@@ -317,6 +319,46 @@ static void *honest(void *arg)
 	return NULL;
 }
 
+/* ------------------------------------------------------------ slow */
+
+static uint64_t slow_got; /* batches the slow client got before the end */
+
+/* A client that asks for everything, reads nothing for 3.5 s (past the
+ * node's patience), then reads: a contiguous prefix, then the end
+ * marker. */
+static void *slow_client(void *ctx)
+{
+	static char buf[1 << 16];
+	void *s = zmq_socket(ctx, ZMQ_DEALER);
+	int one = 1, small = 1024, tmo = 10000, zero = 0;
+	unsigned char seqb[8] = {0};
+
+	zmq_setsockopt(s, ZMQ_RCVHWM, &one, sizeof(one));
+	zmq_setsockopt(s, ZMQ_RCVBUF, &small, sizeof(small));
+	zmq_setsockopt(s, ZMQ_RCVTIMEO, &tmo, sizeof(tmo));
+	zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof(zero));
+	if (zmq_connect(s, ep_rep) || zmq_send(s, "", 0, ZMQ_SNDMORE) ||
+	    zmq_send(s, seqb, 8, 0) != 8)
+		fail("slow client: request\n");
+	sleep_s(3.5);
+	for (uint64_t i = 0; i < 10000000; i++) {
+		if (zmq_recv(s, seqb, 8, 0) != 0 ||
+		    zmq_recv(s, seqb, 8, 0) != 8 ||
+		    zmq_recv(s, buf, sizeof(buf), 0) < 0)
+			fail("slow client: no end marker after %llu batches\n",
+			     (unsigned long long)slow_got);
+		if (be64(seqb) == UINT64_MAX)
+			break;
+		if (be64(seqb) != slow_got)
+			fail("slow client: seq %llu after %llu\n",
+			     (unsigned long long)be64(seqb),
+			     (unsigned long long)slow_got);
+		slow_got++;
+	}
+	zmq_close(s);
+	return NULL;
+}
+
 /* ------------------------------------------------------------ hostile */
 
 static void *zsock(void *ctx, int type, int rcvhwm)
@@ -538,7 +580,7 @@ int main(int argc, char **argv)
 	int fds[2];
 	pid_t child;
 	void *ctx, *socks[2];
-	pthread_t tid;
+	pthread_t tid, slow;
 	struct kvp_pub_stats st;
 	uint64_t rss0, peak = 0, budget;
 	double t;
@@ -565,7 +607,9 @@ int main(int argc, char **argv)
 	if (write(fds[1], ep_rep, strlen(ep_rep)) < 0)
 		fail("write\n");
 	pthread_create(&tid, NULL, honest, socks);
+	pthread_create(&slow, NULL, slow_client, ctx);
 	produce(&peak);
+	pthread_join(slow, NULL);
 	if (kvp_pub_flush(pub, 30000))
 		fail("flush timed out\n");
 	kvp_pub_stats(pub, &st);
@@ -574,6 +618,11 @@ int main(int argc, char **argv)
 	check_set();
 	if (st.dropped)
 		fail("%llu events dropped\n", (unsigned long long)st.dropped);
+	kvp_pub_stats(pub, &st);
+	if (slow_got >= o.prefill || st.replays_cut == 0)
+		fail("the slow client's replay was not cut (%llu batches, "
+		     "%llu cut)\n", (unsigned long long)slow_got,
+		     (unsigned long long)st.replays_cut);
 	kvp_manager_set_event_cb(mgr, NULL, NULL);
 	t = now_s();
 	kvp_pub_destroy(pub); /* the attack still goes on */
@@ -582,12 +631,14 @@ int main(int argc, char **argv)
 	waitpid(child, NULL, 0);
 	printf(STRESS_PROG ": %u s, %u hostile, %u req/s flood, %u events/s: "
 	       "%llu batches, 0 dropped; honest set of %llu blocks exact "
-	       "(%llu replays, %llu batches); %llu replays answered, %llu "
+	       "(%llu replays, %llu batches); slow client cut after %llu "
+	       "batches, with its end marker; %llu replays answered, %llu "
 	       "cut, %llu requests ignored; ring %llu batches, %llu bytes; "
 	       "RSS +%.1f MB (bound %.0f MB%s); destroy %.3f s\n",
 	       o.seconds, o.hostile, o.flood, o.rate,
 	       (unsigned long long)st.batches, (unsigned long long)set_n,
 	       (unsigned long long)replays, (unsigned long long)replay_batches,
+	       (unsigned long long)slow_got,
 	       (unsigned long long)st.replay_requests,
 	       (unsigned long long)st.replays_cut,
 	       (unsigned long long)st.replay_ignored,
