@@ -1,6 +1,6 @@
 /*
  * publisher.c - libkvpool-events: per-thread event buffers, the publisher
- * thread, its PUB and ROUTER (replay) sockets.
+ * thread and its PUB socket (the replay service: replay.c).
  *
  * CORRECTNESS ARGUMENT
  *
@@ -26,6 +26,12 @@
  * instructions), or it was not drawn yet (nothing to publish).  A manager
  * calls its callback under its event lock, so the numbers of one
  * manager's events follow the manager's order, and so does the wire.
+ *
+ * Replay.  The replay ring and the ROUTER socket are replay.c's, run by
+ * the publisher thread alone (its own argument is there): publisher_main
+ * alternates one batch with one bounded round of replay work, so neither
+ * starves the other, and checks stop between them, so kvp_pub_destroy
+ * waits for one round at most.
  *
  * Registration.  A thread's first event for a publisher allocates its
  * ring and pushes it on the publisher's list under reg_lock (a slow path,
@@ -401,22 +407,14 @@ static void payload_sent(void *data, void *hint)
 }
 
 /*
- * Takes up to max_batch_events events in number order into one batch and
- * sends it.  Returns the number of events sent.
+ * Takes the records of up to max_batch_events events in number order,
+ * from *want on, into p->recs and p->owners (advancing their rings' peek,
+ * not yet their head).  Returns how many.
  */
-static uint32_t publish_batch(struct kvp_pub *p)
+static uint32_t batch_take(struct kvp_pub *p, uint64_t *want)
 {
-	uint64_t want = atomic_load_explicit(&p->published,
-					     memory_order_relaxed);
 	uint32_t n = 0, cap = p->cfg.max_batch_events;
-	struct rec **recs = p->recs;
-	struct ring **owners = p->owners;
-	struct kvp_event *evs = p->evs;
-	struct kvpe_payload *pl;
-	size_t bound = 64;
 	unsigned spins = 0;
-	msgpack_packer pk;
-	unsigned char seqb[8];
 
 	while (n < cap) {
 		struct ring *r, *found = NULL;
@@ -426,7 +424,7 @@ static uint32_t publish_batch(struct kvp_pub *p)
 		for (r = atomic_load_explicit(&p->rings, memory_order_acquire);
 		     r; r = r->next) {
 			rec = ring_front(r);
-			if (rec && rec->seq == want) {
+			if (rec && rec->seq == *want) {
 				found = r;
 				break;
 			}
@@ -435,7 +433,7 @@ static uint32_t publish_batch(struct kvp_pub *p)
 			/* Relaxed: a drawn number is written soon; its
 			 * record's release is what we then acquire. */
 			if (atomic_load_explicit(&p->next_event,
-						 memory_order_relaxed) > want) {
+						 memory_order_relaxed) > *want) {
 				/* A producer is copying it: a large event
 				 * takes microseconds; do not spin on a
 				 * core the producers need. */
@@ -447,68 +445,99 @@ static uint32_t publish_batch(struct kvp_pub *p)
 			}
 			break;
 		}
-		recs[n] = rec;
-		owners[n++] = found;
+		p->recs[n] = rec;
+		p->owners[n++] = found;
 		found->peek += rec->size;
-		want++;
+		(*want)++;
 	}
-	if (n == 0)
-		return 0;
+	return n;
+}
+
+/* The msgpack payload of the n records taken, or NULL (no memory). */
+static struct kvpe_payload *batch_encode(struct kvp_pub *p, uint32_t n)
+{
+	struct kvpe_payload *pl;
+	struct kvpe_fixbuf f;
+	msgpack_packer pk;
+	size_t bound = 64;
+
 	for (uint32_t i = 0; i < n; i++) {
 		const char *keys[MAX_EXTRA];
 
-		rec_read(recs[i], &evs[i], keys, p->strs);
-		bound += kvpe_event_bound(&evs[i]);
+		rec_read(p->recs[i], &p->evs[i], keys, p->strs);
+		bound += kvpe_event_bound(&p->evs[i]);
 	}
 	pl = malloc(sizeof(*pl) + bound);
-	if (pl) {
-		struct kvpe_fixbuf f = {pl->data, bound, 0};
+	if (!pl)
+		return NULL;
+	f = (struct kvpe_fixbuf){pl->data, bound, 0};
+	msgpack_packer_init(&pk, &f, kvpe_fix_write);
+	kvpe_pack_batch_head(&pk, now_real(), n);
+	for (uint32_t i = 0; i < n; i++) {
+		const char *keys[MAX_EXTRA];
 
-		msgpack_packer_init(&pk, &f, kvpe_fix_write);
-		kvpe_pack_batch_head(&pk, now_real(), n);
-		for (uint32_t i = 0; i < n; i++) {
-			const char *keys[MAX_EXTRA];
-
-			/* Again: the strings of one record at a time. */
-			rec_read(recs[i], &evs[i], keys, p->strs);
-			kvpe_pack_event(&pk, &evs[i], p->cfg.flags, p->medium);
-		}
-		kvpe_pack_batch_tail(&pk, p->cfg.data_parallel_rank);
-		pl->len = f.len;
-		atomic_init(&pl->refs, p->replay ? 2 : 1);
-		if (f.len > bound) { /* cannot happen: the bound is loose */
-			free(pl);
-			pl = NULL;
-		}
+		/* Again: the strings of one record at a time. */
+		rec_read(p->recs[i], &p->evs[i], keys, p->strs);
+		kvpe_pack_event(&pk, &p->evs[i], p->cfg.flags, p->medium);
 	}
+	kvpe_pack_batch_tail(&pk, p->cfg.data_parallel_rank);
+	pl->len = f.len;
+	atomic_init(&pl->refs, p->replay ? 2 : 1);
+	if (f.len > bound) { /* cannot happen: the bound is loose */
+		free(pl);
+		return NULL;
+	}
+	return pl;
+}
+
+/* Sends pl as the next batch (PUB, without a copy) and keeps it for
+ * replay; takes its references. */
+static void batch_send(struct kvp_pub *p, struct kvpe_payload *pl)
+{
+	unsigned char seqb[8];
+	zmq_msg_t msg;
+
+	put_be64(seqb, p->next_batch);
+	zmq_send(p->pub, p->topic, strlen(p->topic), ZMQ_SNDMORE);
+	zmq_send(p->pub, seqb, 8, ZMQ_SNDMORE);
+	if (zmq_msg_init_data(&msg, pl->data, pl->len, payload_sent, pl) !=
+	    0) {
+		kvpe_payload_unref(pl); /* libzmq's reference */
+	} else {
+		/* Our last touch of pl unless the ring keeps it. */
+		kvp_tsan_release(pl);
+		if (zmq_msg_send(&msg, p->pub, 0) < 0)
+			zmq_msg_close(&msg); /* calls payload_sent */
+	}
+	if (p->replay)
+		kvpe_replay_keep(p->replay, p->next_batch, pl);
+	p->next_batch++;
+	atomic_store_explicit(&p->batches, p->next_batch,
+			      memory_order_relaxed);
+}
+
+/*
+ * Takes up to max_batch_events events in number order into one batch and
+ * sends it.  Returns the number of events sent.
+ */
+static uint32_t publish_batch(struct kvp_pub *p)
+{
+	uint64_t want = atomic_load_explicit(&p->published,
+					     memory_order_relaxed);
+	uint32_t n = batch_take(p, &want);
+	struct kvpe_payload *pl;
+
+	if (n == 0)
+		return 0;
+	pl = batch_encode(p, n);
 	/* Release: done reading the records; their bytes may be reused. */
 	for (uint32_t i = 0; i < n; i++)
-		atomic_store_explicit(&owners[i]->head, owners[i]->peek,
+		atomic_store_explicit(&p->owners[i]->head, p->owners[i]->peek,
 				      memory_order_release);
-	if (!pl) {
-		/* Out of memory: the batch's events are lost, counted. */
+	if (pl)
+		batch_send(p, pl);
+	else /* out of memory: the batch's events are lost, counted */
 		atomic_fetch_add_explicit(&p->dropped, n, memory_order_relaxed);
-	} else {
-		zmq_msg_t msg;
-
-		put_be64(seqb, p->next_batch);
-		zmq_send(p->pub, p->topic, strlen(p->topic), ZMQ_SNDMORE);
-		zmq_send(p->pub, seqb, 8, ZMQ_SNDMORE);
-		if (zmq_msg_init_data(&msg, pl->data, pl->len, payload_sent,
-				      pl) != 0) {
-			kvpe_payload_unref(pl); /* libzmq's reference */
-		} else {
-			/* Our last touch of pl unless the ring keeps it. */
-			kvp_tsan_release(pl);
-			if (zmq_msg_send(&msg, p->pub, 0) < 0)
-				zmq_msg_close(&msg); /* calls payload_sent */
-		}
-		if (p->replay)
-			kvpe_replay_keep(p->replay, p->next_batch, pl);
-		p->next_batch++;
-		atomic_store_explicit(&p->batches, p->next_batch,
-				      memory_order_relaxed);
-	}
 	/* Release: kvp_pub_flush's acquire sees the batch sent. */
 	atomic_store_explicit(&p->published, want, memory_order_release);
 	return n;

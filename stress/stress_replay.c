@@ -575,6 +575,35 @@ static void honest_start(void *ctx, void *socks[2])
 	       "order, end marker\n", (unsigned long long)got);
 }
 
+/* The run's line, then the checks of the destroy time and the RSS. */
+static void report(const struct kvp_pub_stats *sp, uint64_t grew,
+		   uint64_t budget, double t)
+{
+	struct kvp_pub_stats st = *sp;
+
+	printf(STRESS_PROG ": %u s, %u hostile, %u req/s flood, %u events/s: "
+	       "%llu batches, 0 dropped; honest set of %llu blocks exact "
+	       "(%llu replays, %llu batches); slow client cut after %llu "
+	       "batches, with its end marker; %llu replays answered, %llu "
+	       "cut, %llu requests ignored; ring %llu batches, %llu bytes; "
+	       "RSS +%.1f MB (bound %.0f MB%s); destroy %.3f s\n",
+	       o.seconds, o.hostile, o.flood, o.rate,
+	       (unsigned long long)st.batches, (unsigned long long)set_n,
+	       (unsigned long long)replays, (unsigned long long)replay_batches,
+	       (unsigned long long)slow_got,
+	       (unsigned long long)st.replay_requests,
+	       (unsigned long long)st.replays_cut,
+	       (unsigned long long)st.replay_ignored,
+	       (unsigned long long)st.ring_batches,
+	       (unsigned long long)st.ring_bytes,
+	       (double)grew / 1e6,
+	       (double)budget / 1e6, SANITIZED ? ", not checked" : "", t);
+	if (t > 1.0)
+		fail("kvp_pub_destroy took %.3f s\n", t);
+	if (!SANITIZED && grew > budget)
+		fail("RSS grew by %llu bytes\n", (unsigned long long)grew);
+}
+
 int main(int argc, char **argv)
 {
 	int fds[2];
@@ -629,28 +658,7 @@ int main(int argc, char **argv)
 	t = now_s() - t;
 	kill(child, SIGKILL);
 	waitpid(child, NULL, 0);
-	printf(STRESS_PROG ": %u s, %u hostile, %u req/s flood, %u events/s: "
-	       "%llu batches, 0 dropped; honest set of %llu blocks exact "
-	       "(%llu replays, %llu batches); slow client cut after %llu "
-	       "batches, with its end marker; %llu replays answered, %llu "
-	       "cut, %llu requests ignored; ring %llu batches, %llu bytes; "
-	       "RSS +%.1f MB (bound %.0f MB%s); destroy %.3f s\n",
-	       o.seconds, o.hostile, o.flood, o.rate,
-	       (unsigned long long)st.batches, (unsigned long long)set_n,
-	       (unsigned long long)replays, (unsigned long long)replay_batches,
-	       (unsigned long long)slow_got,
-	       (unsigned long long)st.replay_requests,
-	       (unsigned long long)st.replays_cut,
-	       (unsigned long long)st.replay_ignored,
-	       (unsigned long long)st.ring_batches,
-	       (unsigned long long)st.ring_bytes,
-	       (double)(peak > rss0 ? peak - rss0 : 0) / 1e6,
-	       (double)budget / 1e6, SANITIZED ? ", not checked" : "", t);
-	if (t > 1.0)
-		fail("kvp_pub_destroy took %.3f s\n", t);
-	if (!SANITIZED && peak > rss0 && peak - rss0 > budget)
-		fail("RSS grew by %llu bytes\n",
-		     (unsigned long long)(peak - rss0));
+	report(&st, peak > rss0 ? peak - rss0 : 0, budget, t);
 	zmq_close(socks[0]);
 	zmq_close(socks[1]);
 	zmq_ctx_term(ctx);

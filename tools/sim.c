@@ -1724,6 +1724,26 @@ static int pool_memory_check(uint64_t blocks)
 	return 1;
 }
 
+/* The sweep's capacities (--capacities or the defaults; 0: unlimited),
+ * each checked against the memory: 0, or the exit status. */
+static int sweep_caps(const struct sim_opts *o, const struct workload *w,
+		      uint64_t unlimited, uint32_t *caps, unsigned *ncap)
+{
+	if (!o->capacities) {
+		*ncap = default_capacities(w, unlimited, caps);
+	} else if (parse_capacities(o->capacities, caps, ncap) != 0) {
+		fprintf(stderr,
+			"kvpool sim: --capacities: expected 1 to %u "
+			"comma-separated block counts\n",
+			SIM_MAX_CAPACITIES);
+		return 2;
+	}
+	for (unsigned c = 0; c < *ncap; c++)
+		if (pool_memory_check(caps[c] ? caps[c] : unlimited))
+			return 1;
+	return 0;
+}
+
 static int sweep(const struct sim_opts *o, const struct workload *w,
 		 uint64_t unlimited)
 {
@@ -1734,20 +1754,9 @@ static int sweep(const struct sim_opts *o, const struct workload *w,
 	struct sim_result *res;
 	int rc = 0;
 
-	if (o->capacities) {
-		if (parse_capacities(o->capacities, caps, &ncap) != 0) {
-			fprintf(stderr,
-				"kvpool sim: --capacities: expected 1 "
-				"to %u comma-separated block counts\n",
-				SIM_MAX_CAPACITIES);
-			return 2;
-		}
-	} else {
-		ncap = default_capacities(w, unlimited, caps);
-	}
-	for (unsigned c = 0; c < ncap; c++)
-		if (pool_memory_check(caps[c] ? caps[c] : unlimited))
-			return 1;
+	rc = sweep_caps(o, w, unlimited, caps, &ncap);
+	if (rc)
+		return rc;
 	if (o->compare)
 		return sweep_compare(o, w, unlimited, caps, ncap);
 	for (unsigned c = 0; c < ncap; c++)
