@@ -24,8 +24,8 @@
  *     then the end marker, counted in the stats;
  *   - kvp_pub_destroy, called while the attack goes on, returns within
  *     1 s;
- *   - the node's RSS grew by at most ring_bytes + 64 MB from before the
- *     first client connected (not checked under a sanitizer, whose
+ *   - the node's RSS (with the honest and slow clients in it) grew by at
+ *     most ring_bytes + 64 MB from before the first client connected (not checked under a sanitizer, whose
  *     shadow memory is not the node's).
  * Every loop is bounded in count and time.
  */
@@ -630,9 +630,9 @@ int main(int argc, char **argv)
 	}
 	close(fds[0]);
 	node_start();
+	rss0 = rss_bytes(); /* before any client connects */
 	ctx = zmq_ctx_new();
 	honest_start(ctx, socks);
-	rss0 = rss_bytes();
 	if (write(fds[1], ep_rep, strlen(ep_rep)) < 0)
 		fail("write\n");
 	pthread_create(&tid, NULL, honest, socks);
