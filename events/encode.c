@@ -139,9 +139,12 @@ void kvpe_pack_event(msgpack_packer *pk, const struct kvp_event *ev,
 		pack_hashes(pk, ev, flags);
 		pack_str(pk, med);
 		break;
-	default:
+	case KVP_EVENT_CLEARED:
 		msgpack_pack_array(pk, 1);
 		pack_str(pk, "AllBlocksCleared");
+		break;
+	default: /* callers check the type: never a wipe by mistake */
+		msgpack_pack_nil(pk);
 		break;
 	}
 }

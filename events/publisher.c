@@ -1,6 +1,6 @@
 /*
  * publisher.c - libkvpool-events: per-thread event buffers, the publisher
- * thread, its PUB and ROUTER (replay) sockets.
+ * thread and its PUB socket (the replay service: replay.c).
  *
  * CORRECTNESS ARGUMENT
  *
@@ -27,6 +27,12 @@
  * calls its callback under its event lock, so the numbers of one
  * manager's events follow the manager's order, and so does the wire.
  *
+ * Replay.  The replay ring and the ROUTER socket are replay.c's, run by
+ * the publisher thread alone (its own argument is there): publisher_main
+ * alternates one batch with one bounded round of replay work, so neither
+ * starves the other, and checks stop between them, so kvp_pub_destroy
+ * waits for one round at most.
+ *
  * Registration.  A thread's first event for a publisher allocates its
  * ring and pushes it on the publisher's list under reg_lock (a slow path,
  * once per thread); the consumer walks the list from an acquire load of
@@ -50,10 +56,14 @@
 #include <zmq.h>
 
 #include "encode.h"
+#include "replay.h"
 #include "tsan.h"
 
 #define RING_DEFAULT_KIB 1024u
 #define REPLAY_DEFAULT 10000u
+#define RING_BYTES_DEFAULT (64ull << 20)
+#define FLUSH_MS 500
+#define LINGER_MS 300
 #define BATCH_DEFAULT 256u
 #define HWM_DEFAULT 100000
 #define REC_ALIGN 16u
@@ -87,27 +97,14 @@ struct ring {
 	struct ring *next; /* immutable once published */
 };
 
-/* A batch's encoded bytes, shared by the PUB socket's message (sent
- * without a copy: libzmq's thread drops its reference when sent) and the
- * replay ring. */
-struct payload {
-	_Atomic uint32_t refs;
-	size_t len;
-	char data[];
-};
-
-struct replay_slot {
-	uint64_t seq;
-	struct payload *pl;
-};
-
 struct kvp_pub {
 	uint64_t id; /* unique per publisher (thread-local caches) */
 	struct kvp_pub_config cfg;
 	char topic[256];
 	char medium[64];
-	uint64_t ring_bytes;
-	void *zctx, *pub, *router;
+	uint64_t buf_bytes; /* per producer thread */
+	void *zctx, *pub;
+	struct kvpe_replay *replay; /* NULL: no replay socket */
 	pthread_t thread;
 	pthread_mutex_t reg_lock;
 	_Atomic(struct ring *) rings; /* push under reg_lock */
@@ -115,10 +112,9 @@ struct kvp_pub {
 	_Alignas(64) _Atomic uint64_t next_event; /* numbers drawn */
 	_Alignas(64) _Atomic uint64_t dropped;
 	_Alignas(64) _Atomic uint64_t published; /* numbers consumed */
-	_Atomic uint64_t batches, replays;
+	_Atomic uint64_t batches;
 	_Atomic bool stop;
 	/* publisher thread only */
-	struct replay_slot *ring; /* replay ring, cfg.ring_batches slots */
 	uint64_t next_batch;
 	struct rec **recs;     /* a batch's records, max_batch_events */
 	struct kvp_event *evs; /* and their events */
@@ -150,7 +146,7 @@ static struct ring *ring_register(struct kvp_pub *p)
 
 	if (!r)
 		return NULL;
-	r->cap = p->ring_bytes;
+	r->cap = p->buf_bytes;
 	r->buf = malloc(r->cap);
 	if (!r->buf) {
 		free(r);
@@ -191,6 +187,10 @@ static uint64_t rec_size(const struct kvp_event *ev)
 {
 	uint64_t n = sizeof(struct rec);
 
+	/* An unknown type is dropped, not sent as something else. */
+	if (ev->type != KVP_EVENT_STORED && ev->type != KVP_EVENT_REMOVED &&
+	    ev->type != KVP_EVENT_CLEARED)
+		return 0;
 	if (ev->type == KVP_EVENT_CLEARED)
 		return round_up(n, REC_ALIGN);
 	if (ev->nextra_keys > MAX_EXTRA || (!ev->hashes && ev->nhashes))
@@ -396,101 +396,25 @@ static void put_be64(unsigned char *b, uint64_t v)
 		b[i] = (unsigned char)(v >> (56 - 8 * i));
 }
 
-static void payload_unref(struct payload *pl)
-{
-	/* Acq_rel: the last holder sees every other holder's use done. */
-	if (pl && atomic_fetch_sub_explicit(&pl->refs, 1,
-					    memory_order_acq_rel) == 1)
-		free(pl);
-}
-
-/* libzmq's free function for a sent message (its I/O thread).  The
+/* libzmq's free function for a sent PUB message (its I/O thread).  The
  * payload reached it through libzmq's pipes, which TSan cannot see: the
  * publisher released it before zmq_msg_send, acquired here. */
 static void payload_sent(void *data, void *hint)
 {
 	(void)data;
 	kvp_tsan_acquire(hint);
-	payload_unref(hint);
-}
-
-/* Keeps a sent batch for replay (drops the oldest when full); takes the
- * caller's reference. */
-static void replay_keep(struct kvp_pub *p, uint64_t seq, struct payload *pl)
-{
-	struct replay_slot *s = &p->ring[seq % p->cfg.ring_batches];
-
-	payload_unref(s->pl);
-	*s = (struct replay_slot){seq, pl};
-}
-
-/* Answers replay requests waiting on the ROUTER socket. */
-static void replay_serve(struct kvp_pub *p)
-{
-	for (;;) {
-		unsigned char id[256], start[16], seqb[8];
-		int idn, n, more;
-		size_t ml = sizeof(more);
-		uint64_t from = 0, first;
-
-		idn = zmq_recv(p->router, id, sizeof(id), ZMQ_DONTWAIT);
-		if (idn < 0)
-			return;
-		/* The rest of the request: REQ's empty delimiter, the seq. */
-		n = 0;
-		for (;;) {
-			if (zmq_getsockopt(p->router, ZMQ_RCVMORE, &more,
-					   &ml) != 0 ||
-			    !more)
-				break;
-			n = zmq_recv(p->router, start, sizeof(start), 0);
-		}
-		if (idn > (int)sizeof(id) || n != 8)
-			continue; /* malformed: ignored, as vLLM does */
-		for (int i = 0; i < 8; i++)
-			from = from << 8 | start[i];
-		first = p->next_batch > p->cfg.ring_batches
-				? p->next_batch - p->cfg.ring_batches
-				: 0;
-		for (uint64_t s = from > first ? from : first;
-		     s < p->next_batch; s++) {
-			struct replay_slot *rs =
-				&p->ring[s % p->cfg.ring_batches];
-
-			if (!rs->pl || rs->seq != s)
-				continue;
-			put_be64(seqb, s);
-			zmq_send(p->router, id, (size_t)idn, ZMQ_SNDMORE);
-			zmq_send(p->router, "", 0, ZMQ_SNDMORE);
-			zmq_send(p->router, seqb, 8, ZMQ_SNDMORE);
-			zmq_send(p->router, rs->pl->data, rs->pl->len, 0);
-		}
-		put_be64(seqb, UINT64_MAX); /* -1 as 8 signed bytes */
-		zmq_send(p->router, id, (size_t)idn, ZMQ_SNDMORE);
-		zmq_send(p->router, "", 0, ZMQ_SNDMORE);
-		zmq_send(p->router, seqb, 8, ZMQ_SNDMORE);
-		zmq_send(p->router, "", 0, 0);
-		atomic_fetch_add_explicit(&p->replays, 1, memory_order_relaxed);
-	}
+	kvpe_payload_unref(hint);
 }
 
 /*
- * Takes up to max_batch_events events in number order into one batch and
- * sends it.  Returns the number of events sent.
+ * Takes the records of up to max_batch_events events in number order,
+ * from *want on, into p->recs and p->owners (advancing their rings' peek,
+ * not yet their head).  Returns how many.
  */
-static uint32_t publish_batch(struct kvp_pub *p)
+static uint32_t batch_take(struct kvp_pub *p, uint64_t *want)
 {
-	uint64_t want = atomic_load_explicit(&p->published,
-					     memory_order_relaxed);
 	uint32_t n = 0, cap = p->cfg.max_batch_events;
-	struct rec **recs = p->recs;
-	struct ring **owners = p->owners;
-	struct kvp_event *evs = p->evs;
-	struct payload *pl;
-	size_t bound = 64;
 	unsigned spins = 0;
-	msgpack_packer pk;
-	unsigned char seqb[8];
 
 	while (n < cap) {
 		struct ring *r, *found = NULL;
@@ -500,7 +424,7 @@ static uint32_t publish_batch(struct kvp_pub *p)
 		for (r = atomic_load_explicit(&p->rings, memory_order_acquire);
 		     r; r = r->next) {
 			rec = ring_front(r);
-			if (rec && rec->seq == want) {
+			if (rec && rec->seq == *want) {
 				found = r;
 				break;
 			}
@@ -509,7 +433,7 @@ static uint32_t publish_batch(struct kvp_pub *p)
 			/* Relaxed: a drawn number is written soon; its
 			 * record's release is what we then acquire. */
 			if (atomic_load_explicit(&p->next_event,
-						 memory_order_relaxed) > want) {
+						 memory_order_relaxed) > *want) {
 				/* A producer is copying it: a large event
 				 * takes microseconds; do not spin on a
 				 * core the producers need. */
@@ -521,68 +445,99 @@ static uint32_t publish_batch(struct kvp_pub *p)
 			}
 			break;
 		}
-		recs[n] = rec;
-		owners[n++] = found;
+		p->recs[n] = rec;
+		p->owners[n++] = found;
 		found->peek += rec->size;
-		want++;
+		(*want)++;
 	}
-	if (n == 0)
-		return 0;
+	return n;
+}
+
+/* The msgpack payload of the n records taken, or NULL (no memory). */
+static struct kvpe_payload *batch_encode(struct kvp_pub *p, uint32_t n)
+{
+	struct kvpe_payload *pl;
+	struct kvpe_fixbuf f;
+	msgpack_packer pk;
+	size_t bound = 64;
+
 	for (uint32_t i = 0; i < n; i++) {
 		const char *keys[MAX_EXTRA];
 
-		rec_read(recs[i], &evs[i], keys, p->strs);
-		bound += kvpe_event_bound(&evs[i]);
+		rec_read(p->recs[i], &p->evs[i], keys, p->strs);
+		bound += kvpe_event_bound(&p->evs[i]);
 	}
 	pl = malloc(sizeof(*pl) + bound);
-	if (pl) {
-		struct kvpe_fixbuf f = {pl->data, bound, 0};
+	if (!pl)
+		return NULL;
+	f = (struct kvpe_fixbuf){pl->data, bound, 0};
+	msgpack_packer_init(&pk, &f, kvpe_fix_write);
+	kvpe_pack_batch_head(&pk, now_real(), n);
+	for (uint32_t i = 0; i < n; i++) {
+		const char *keys[MAX_EXTRA];
 
-		msgpack_packer_init(&pk, &f, kvpe_fix_write);
-		kvpe_pack_batch_head(&pk, now_real(), n);
-		for (uint32_t i = 0; i < n; i++) {
-			const char *keys[MAX_EXTRA];
-
-			/* Again: the strings of one record at a time. */
-			rec_read(recs[i], &evs[i], keys, p->strs);
-			kvpe_pack_event(&pk, &evs[i], p->cfg.flags, p->medium);
-		}
-		kvpe_pack_batch_tail(&pk, p->cfg.data_parallel_rank);
-		pl->len = f.len;
-		atomic_init(&pl->refs, p->router ? 2 : 1);
-		if (f.len > bound) { /* cannot happen: the bound is loose */
-			free(pl);
-			pl = NULL;
-		}
+		/* Again: the strings of one record at a time. */
+		rec_read(p->recs[i], &p->evs[i], keys, p->strs);
+		kvpe_pack_event(&pk, &p->evs[i], p->cfg.flags, p->medium);
 	}
+	kvpe_pack_batch_tail(&pk, p->cfg.data_parallel_rank);
+	pl->len = f.len;
+	atomic_init(&pl->refs, p->replay ? 2 : 1);
+	if (f.len > bound) { /* cannot happen: the bound is loose */
+		free(pl);
+		return NULL;
+	}
+	return pl;
+}
+
+/* Sends pl as the next batch (PUB, without a copy) and keeps it for
+ * replay; takes its references. */
+static void batch_send(struct kvp_pub *p, struct kvpe_payload *pl)
+{
+	unsigned char seqb[8];
+	zmq_msg_t msg;
+
+	put_be64(seqb, p->next_batch);
+	zmq_send(p->pub, p->topic, strlen(p->topic), ZMQ_SNDMORE);
+	zmq_send(p->pub, seqb, 8, ZMQ_SNDMORE);
+	if (zmq_msg_init_data(&msg, pl->data, pl->len, payload_sent, pl) !=
+	    0) {
+		kvpe_payload_unref(pl); /* libzmq's reference */
+	} else {
+		/* Our last touch of pl unless the ring keeps it. */
+		kvp_tsan_release(pl);
+		if (zmq_msg_send(&msg, p->pub, 0) < 0)
+			zmq_msg_close(&msg); /* calls payload_sent */
+	}
+	if (p->replay)
+		kvpe_replay_keep(p->replay, p->next_batch, pl);
+	p->next_batch++;
+	atomic_store_explicit(&p->batches, p->next_batch,
+			      memory_order_relaxed);
+}
+
+/*
+ * Takes up to max_batch_events events in number order into one batch and
+ * sends it.  Returns the number of events sent.
+ */
+static uint32_t publish_batch(struct kvp_pub *p)
+{
+	uint64_t want = atomic_load_explicit(&p->published,
+					     memory_order_relaxed);
+	uint32_t n = batch_take(p, &want);
+	struct kvpe_payload *pl;
+
+	if (n == 0)
+		return 0;
+	pl = batch_encode(p, n);
 	/* Release: done reading the records; their bytes may be reused. */
 	for (uint32_t i = 0; i < n; i++)
-		atomic_store_explicit(&owners[i]->head, owners[i]->peek,
+		atomic_store_explicit(&p->owners[i]->head, p->owners[i]->peek,
 				      memory_order_release);
-	if (!pl) {
-		/* Out of memory: the batch's events are lost, counted. */
+	if (pl)
+		batch_send(p, pl);
+	else /* out of memory: the batch's events are lost, counted */
 		atomic_fetch_add_explicit(&p->dropped, n, memory_order_relaxed);
-	} else {
-		zmq_msg_t msg;
-
-		put_be64(seqb, p->next_batch);
-		zmq_send(p->pub, p->topic, strlen(p->topic), ZMQ_SNDMORE);
-		zmq_send(p->pub, seqb, 8, ZMQ_SNDMORE);
-		if (zmq_msg_init_data(&msg, pl->data, pl->len, payload_sent,
-				      pl) != 0) {
-			payload_unref(pl); /* libzmq's reference */
-		} else {
-			/* Our last touch of pl unless the ring keeps it. */
-			kvp_tsan_release(pl);
-			if (zmq_msg_send(&msg, p->pub, 0) < 0)
-				zmq_msg_close(&msg); /* calls payload_sent */
-		}
-		if (p->router)
-			replay_keep(p, p->next_batch, pl);
-		p->next_batch++;
-		atomic_store_explicit(&p->batches, p->next_batch,
-				      memory_order_relaxed);
-	}
 	/* Release: kvp_pub_flush's acquire sees the batch sent. */
 	atomic_store_explicit(&p->published, want, memory_order_release);
 	return n;
@@ -596,16 +551,18 @@ static void *publisher_main(void *arg)
 	for (;;) {
 		bool stop = atomic_load_explicit(&p->stop,
 						 memory_order_acquire);
+		/* One batch, then a bounded share of replay work: neither
+		 * starves the other. */
 		uint32_t sent = publish_batch(p);
+		bool more = p->replay && kvpe_replay_serve(p->replay);
 
-		if (p->router)
-			replay_serve(p);
-		if (sent)
-			continue;
-		if (stop)
+		if (stop && !sent)
 			break;
-		if (p->router) {
-			zmq_pollitem_t it = {p->router, 0, ZMQ_POLLIN, 0};
+		if (sent || more)
+			continue;
+		if (p->replay) {
+			zmq_pollitem_t it = {kvpe_replay_socket(p->replay), 0,
+					     ZMQ_POLLIN, 0};
 
 			zmq_poll(&it, 1, 1);
 		} else {
@@ -619,15 +576,101 @@ static void *publisher_main(void *arg)
 
 /* ------------------------------------------------------------ lifetime */
 
+/*
+ * libzmq's error as a negative errno.  Its own codes (above
+ * ZMQ_HAUSNUMERO) mean nothing to strerror ("Unknown error 156384764"):
+ * the one a bad endpoint gives maps to the system's nearest.
+ */
 static int zerr(void)
 {
-	return errno ? -errno : -EIO;
+	int e = errno;
+
+	if (e == ENOCOMPATPROTO)
+		return -EPROTONOSUPPORT;
+	if (e == ETERM)
+		return -ESHUTDOWN;
+	if (e == EMTHREAD)
+		return -EMFILE;
+	if (e >= ZMQ_HAUSNUMERO)
+		return -EINVAL;
+	return e ? -e : -EIO;
+}
+
+static bool cfg_ok(const struct kvp_pub_config *cfg)
+{
+	if (!cfg->endpoint ||
+	    (cfg->flags & ~(KVP_PUB_INT_HASHES | KVP_PUB_CONNECT)) ||
+	    (cfg->medium && strlen(cfg->medium) >= 64) ||
+	    cfg->thread_buffer_kib > (1u << 21) ||
+	    cfg->ring_batches > (1u << 24) || cfg->max_batch_events > (1u << 16))
+		return false;
+	if (cfg->topic)
+		return strlen(cfg->topic) < 256;
+	return strlen(cfg->pod_id ? cfg->pod_id : "") +
+		       strlen(cfg->model_name ? cfg->model_name : "") <=
+	       240;
+}
+
+/* p's copy of the configuration (no pointer kept), with the defaults. */
+static void cfg_take(struct kvp_pub *p, const struct kvp_pub_config *cfg)
+{
+	char host[128];
+
+	p->cfg = *cfg;
+	p->cfg.endpoint = p->cfg.replay_endpoint = NULL; /* not kept */
+	p->cfg.topic = p->cfg.pod_id = p->cfg.model_name = NULL;
+	p->cfg.medium = NULL;
+	if (!p->cfg.ring_batches)
+		p->cfg.ring_batches = REPLAY_DEFAULT;
+	if (!p->cfg.ring_bytes)
+		p->cfg.ring_bytes = RING_BYTES_DEFAULT;
+	if (!p->cfg.max_batch_events)
+		p->cfg.max_batch_events = BATCH_DEFAULT;
+	p->buf_bytes = 4096;
+	while (p->buf_bytes < (uint64_t)(cfg->thread_buffer_kib
+						 ? cfg->thread_buffer_kib
+						 : RING_DEFAULT_KIB) *
+				      1024)
+		p->buf_bytes *= 2;
+	snprintf(p->medium, sizeof(p->medium), "%s",
+		 cfg->medium ? cfg->medium : KVPE_DEFAULT_MEDIUM);
+	if (cfg->topic) {
+		snprintf(p->topic, sizeof(p->topic), "%s", cfg->topic);
+		return;
+	}
+	if (!cfg->pod_id && gethostname(host, sizeof(host)) != 0)
+		snprintf(host, sizeof(host), "kvpool");
+	host[sizeof(host) - 1] = '\0';
+	snprintf(p->topic, sizeof(p->topic), "kv@%s@%s",
+		 cfg->pod_id ? cfg->pod_id : host,
+		 cfg->model_name ? cfg->model_name : "kvpool");
+}
+
+/* The PUB socket and the replay service. */
+static int sockets_open(struct kvp_pub *p, const struct kvp_pub_config *cfg)
+{
+	int hwm = cfg->sndhwm > 0 ? cfg->sndhwm : cfg->sndhwm < 0 ? 0
+								  : HWM_DEFAULT;
+
+	p->pub = zmq_socket(p->zctx, ZMQ_PUB);
+	if (!p->pub)
+		return zerr();
+	zmq_setsockopt(p->pub, ZMQ_SNDHWM, &hwm, sizeof(hwm));
+	if ((cfg->flags & KVP_PUB_CONNECT ? zmq_connect(p->pub, cfg->endpoint)
+					  : zmq_bind(p->pub, cfg->endpoint)) !=
+	    0)
+		return zerr();
+	if (!cfg->replay_endpoint)
+		return 0;
+	return kvpe_replay_create(p->zctx, cfg->replay_endpoint,
+				  p->cfg.ring_batches, p->cfg.ring_bytes,
+				  &p->replay);
 }
 
 static void pub_free(struct kvp_pub *p)
 {
 	struct ring *r = atomic_load_explicit(&p->rings, memory_order_acquire);
-	int linger = 1000;
+	int linger = LINGER_MS;
 
 	while (r) {
 		struct ring *next = r->next;
@@ -640,17 +683,10 @@ static void pub_free(struct kvp_pub *p)
 		zmq_setsockopt(p->pub, ZMQ_LINGER, &linger, sizeof(linger));
 		zmq_close(p->pub);
 	}
-	if (p->router) {
-		linger = 0;
-		zmq_setsockopt(p->router, ZMQ_LINGER, &linger, sizeof(linger));
-		zmq_close(p->router);
-	}
+	kvpe_replay_close(p->replay);
 	if (p->zctx)
-		zmq_ctx_term(p->zctx);
-	if (p->ring)
-		for (uint32_t i = 0; i < p->cfg.ring_batches; i++)
-			payload_unref(p->ring[i].pl);
-	free(p->ring);
+		zmq_ctx_term(p->zctx); /* every message closed: no ticket */
+	kvpe_replay_free(p->replay);
 	free(p->recs);
 	free(p->evs);
 	free(p->owners);
@@ -662,109 +698,65 @@ KVPE_API int kvp_pub_create(const struct kvp_pub_config *cfg,
 			    struct kvp_pub **out)
 {
 	struct kvp_pub *p;
-	char host[128];
-	int hwm, rc;
+	int rc;
 
-	if (!cfg || !out || !cfg->endpoint ||
-	    (cfg->flags & ~(KVP_PUB_INT_HASHES | KVP_PUB_CONNECT)) ||
-	    (cfg->medium && strlen(cfg->medium) >= 64) ||
-	    cfg->thread_buffer_kib > (1u << 21) ||
-	    cfg->ring_batches > (1u << 24) || cfg->max_batch_events > (1u << 16))
+	if (!cfg || !out || !cfg_ok(cfg))
 		return -EINVAL;
-	if (cfg->topic) {
-		if (strlen(cfg->topic) >= 256)
-			return -EINVAL;
-	} else if (strlen(cfg->pod_id ? cfg->pod_id : "") +
-			   strlen(cfg->model_name ? cfg->model_name : "") >
-		   240) {
-		return -EINVAL;
-	}
 	p = calloc(1, sizeof(*p));
 	if (!p)
 		return -ENOMEM;
-	p->cfg = *cfg;
-	p->cfg.endpoint = p->cfg.replay_endpoint = NULL; /* not kept */
-	p->cfg.topic = p->cfg.pod_id = p->cfg.model_name = NULL;
-	p->cfg.medium = NULL;
-	if (!p->cfg.ring_batches)
-		p->cfg.ring_batches = REPLAY_DEFAULT;
-	if (!p->cfg.max_batch_events)
-		p->cfg.max_batch_events = BATCH_DEFAULT;
-	p->ring_bytes = 4096;
-	while (p->ring_bytes < (uint64_t)(cfg->thread_buffer_kib
-						  ? cfg->thread_buffer_kib
-						  : RING_DEFAULT_KIB) *
-				       1024)
-		p->ring_bytes *= 2;
-	snprintf(p->medium, sizeof(p->medium), "%s",
-		 cfg->medium ? cfg->medium : KVPE_DEFAULT_MEDIUM);
-	if (cfg->topic) {
-		snprintf(p->topic, sizeof(p->topic), "%s", cfg->topic);
-	} else {
-		if (!cfg->pod_id && gethostname(host, sizeof(host)) != 0)
-			snprintf(host, sizeof(host), "kvpool");
-		host[sizeof(host) - 1] = '\0';
-		snprintf(p->topic, sizeof(p->topic), "kv@%s@%s",
-			 cfg->pod_id ? cfg->pod_id : host,
-			 cfg->model_name ? cfg->model_name : "kvpool");
-	}
+	cfg_take(p, cfg);
 	p->id = atomic_fetch_add(&pub_ids, 1);
 	if (pthread_mutex_init(&p->reg_lock, NULL) != 0) {
 		free(p);
 		return -ENOMEM;
 	}
 	rc = -ENOMEM;
-	p->ring = calloc(p->cfg.ring_batches, sizeof(*p->ring));
 	p->recs = calloc(p->cfg.max_batch_events, sizeof(*p->recs));
 	p->evs = calloc(p->cfg.max_batch_events, sizeof(*p->evs));
 	p->owners = calloc(p->cfg.max_batch_events, sizeof(*p->owners));
 	p->zctx = zmq_ctx_new();
-	if (!p->ring || !p->recs || !p->evs || !p->owners || !p->zctx)
+	if (!p->recs || !p->evs || !p->owners || !p->zctx)
 		goto fail;
-	p->pub = zmq_socket(p->zctx, ZMQ_PUB);
-	if (!p->pub)
-		goto fail_z;
-	hwm = cfg->sndhwm > 0 ? cfg->sndhwm : cfg->sndhwm < 0 ? 0 : HWM_DEFAULT;
-	zmq_setsockopt(p->pub, ZMQ_SNDHWM, &hwm, sizeof(hwm));
-	if ((cfg->flags & KVP_PUB_CONNECT ? zmq_connect(p->pub, cfg->endpoint)
-					  : zmq_bind(p->pub, cfg->endpoint)) !=
-	    0)
-		goto fail_z;
-	if (cfg->replay_endpoint) {
-		p->router = zmq_socket(p->zctx, ZMQ_ROUTER);
-		if (!p->router || zmq_bind(p->router, cfg->replay_endpoint) != 0)
-			goto fail_z;
-	}
-	rc = pthread_create(&p->thread, NULL, publisher_main, p);
-	if (rc != 0) {
-		rc = -rc;
+	rc = sockets_open(p, cfg);
+	if (rc)
 		goto fail;
-	}
+	rc = -pthread_create(&p->thread, NULL, publisher_main, p);
+	if (rc)
+		goto fail;
 	*out = p;
 	return 0;
-fail_z:
-	rc = zerr();
 fail:
 	pub_free(p);
 	return rc;
 }
 
+static double mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
 KVPE_API int kvp_pub_flush(struct kvp_pub *p, int timeout_ms)
 {
-	uint64_t target, waited_us = 0;
+	uint64_t target;
+	double end;
 
 	if (!p)
 		return -EINVAL;
+	end = mono_ms() + (timeout_ms >= 0 ? timeout_ms : 0);
 	target = atomic_load_explicit(&p->next_event, memory_order_relaxed);
 	/* Acquire: pairs with the publisher's release of published. */
 	while (atomic_load_explicit(&p->published, memory_order_acquire) <
 	       target) {
 		struct timespec ts = {0, 200 * 1000};
 
-		if (timeout_ms >= 0 && waited_us >= (uint64_t)timeout_ms * 1000)
+		/* The clock, not the sleeps: a loaded machine oversleeps. */
+		if (timeout_ms >= 0 && mono_ms() >= end)
 			return -ETIMEDOUT;
 		nanosleep(&ts, NULL);
-		waited_us += 200;
 	}
 	return 0;
 }
@@ -783,9 +775,17 @@ KVPE_API void kvp_pub_stats(struct kvp_pub *p, struct kvp_pub_stats *st)
 	st->dropped = dropped;
 	st->batches = atomic_load_explicit(&p->batches, memory_order_relaxed);
 	st->last_seq = st->batches ? st->batches - 1 : 0;
-	st->replay_requests =
-		atomic_load_explicit(&p->replays, memory_order_relaxed);
 	st->threads = atomic_load_explicit(&p->nrings, memory_order_relaxed);
+	if (p->replay) {
+		struct kvpe_replay_stats rs;
+
+		kvpe_replay_stats(p->replay, &rs);
+		st->replay_requests = rs.requests;
+		st->replays_cut = rs.cut;
+		st->replay_ignored = rs.ignored;
+		st->ring_batches = rs.batches;
+		st->ring_bytes = rs.bytes;
+	}
 }
 
 KVPE_API int kvp_pub_endpoint(struct kvp_pub *p, int which, char *buf,
@@ -797,7 +797,7 @@ KVPE_API int kvp_pub_endpoint(struct kvp_pub *p, int which, char *buf,
 
 	if (!p || !buf || (which != 0 && which != 1))
 		return -EINVAL;
-	s = which ? p->router : p->pub;
+	s = which ? (p->replay ? kvpe_replay_socket(p->replay) : NULL) : p->pub;
 	if (!s)
 		return -EINVAL;
 	if (zmq_getsockopt(s, ZMQ_LAST_ENDPOINT, tmp, &n) != 0)
@@ -812,7 +812,10 @@ KVPE_API void kvp_pub_destroy(struct kvp_pub *p)
 {
 	if (!p)
 		return;
-	(void)kvp_pub_flush(p, 1000);
+	/* At most FLUSH_MS here and LINGER_MS in zmq_ctx_term: the thread
+	 * does bounded work between checks of stop, and the replay socket
+	 * lingers not at all, so no peer can hold destroy up. */
+	(void)kvp_pub_flush(p, FLUSH_MS);
 	atomic_store_explicit(&p->stop, true, memory_order_release);
 	pthread_join(p->thread, NULL);
 	for (int i = 0; i < TL_SLOTS; i++)

@@ -25,9 +25,23 @@
  * it wants as 8 bytes big-endian to the ROUTER endpoint; the publisher
  * answers with one [seq, payload] message per batch still in its ring
  * from there on, then [-1 (8 bytes, signed), empty].  The ring keeps the
- * last ring_batches batches: a client that asks for a seq that left the
- * ring gets the batches from the oldest one kept, and sees the gap in the
- * first seq it receives.
+ * last ring_batches batches, at most ring_bytes bytes of them: a client
+ * that asks for a seq that left the ring gets the batches from the oldest
+ * one kept, and sees the gap in the first seq it receives.
+ *
+ * The replay socket is a bounded service that no client can use to
+ * exhaust the node's memory, starve its publishing or hold up
+ * kvp_pub_destroy: batches are shared by reference (never copied per
+ * client); at most 256 replays run at once (beyond that a request gets
+ * the end marker alone); a client holds at most 1 MiB (or one batch)
+ * and 256 messages queued, all clients together 32 MiB; the publisher
+ * thread interleaves one batch with a bounded share of replay work.  A
+ * replay that makes no progress for 2 s (the client does not read, or
+ * the bounds are taken) is cut short: it still ends with the end marker,
+ * after the batches it sent, so a client sees a shorter replay (and asks
+ * again from where it stopped), never a hang; kvp_pub_stats counts it.
+ * A request from a client whose previous replay still runs is ignored;
+ * frames over 64 bytes disconnect their sender.
  *
  * Threads.  kvp_pub_event_cb is the manager's event callback: it copies
  * the event into the calling thread's own buffer (no lock, no allocation
@@ -86,6 +100,8 @@ struct kvp_pub_config {
 	int32_t sndhwm;		    /* PUB high-water mark (messages);
 				       0 = 100,000 (vLLM's), < 0 = none */
 	uint32_t flags;		    /* KVP_PUB_* */
+	uint64_t ring_bytes;	    /* replay ring's bytes at most;
+				       0 = 64 MiB */
 };
 
 struct kvp_pub;
@@ -121,8 +137,13 @@ struct kvp_pub_stats {
 	uint64_t dropped;	  /* of which dropped: buffer full, too big */
 	uint64_t batches;	  /* batches sent */
 	uint64_t last_seq;	  /* seq of the last batch (batches - 1) */
-	uint64_t replay_requests; /* replay requests answered */
+	uint64_t replay_requests; /* replay requests answered (end sent) */
 	uint32_t threads;	  /* producer threads seen */
+	uint64_t replays_cut;	  /* of the answered, cut short */
+	uint64_t replay_ignored;  /* requests ignored (malformed, or the
+				     peer's previous replay still runs) */
+	uint64_t ring_batches;	  /* batches the replay ring holds */
+	uint64_t ring_bytes;	  /* and their bytes (<= ring_bytes) */
 };
 
 /* Fills *st (each field a recent value while threads run).  NULL
@@ -137,9 +158,11 @@ KVPE_API void kvp_pub_stats(struct kvp_pub *pub, struct kvp_pub_stats *st);
 KVPE_API int kvp_pub_endpoint(struct kvp_pub *pub, int which, char *buf, size_t len);
 
 /*
- * Publishes what is buffered (as kvp_pub_flush, at most one second),
+ * Publishes what is buffered (as kvp_pub_flush, at most half a second),
  * stops the thread, closes the sockets (letting sent batches go for up
- * to a second) and frees everything.  NULL is ignored.
+ * to 0.3 s; replay messages not yet sent are dropped) and frees
+ * everything: it returns within a second whatever the replay clients do.
+ * NULL is ignored.
  */
 KVPE_API void kvp_pub_destroy(struct kvp_pub *pub);
 

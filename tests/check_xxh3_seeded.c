@@ -22,6 +22,18 @@
 
 #define SEED 0x0123456789abcdefull
 
+/* gcc defines __SANITIZE_*__; clang only answers __has_feature. */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define KVP_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define KVP_SANITIZED 1
+#endif
+#endif
+#ifndef KVP_SANITIZED
+#define KVP_SANITIZED 0
+#endif
+
 /*
  * Leaves a pattern in the stack below the caller's frame: in every 64-byte
  * line, word 5 holds v and word 7 zero.  XXH3_state_t is 64-byte aligned,
@@ -74,7 +86,7 @@ int main(void)
 	SRunner *sr;
 	int failed;
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#if KVP_SANITIZED
 	/* Sanitizers lay out the stack their own way: skip (exit 77). */
 	return 77;
 #endif

@@ -14,14 +14,27 @@ fi
 # runtime cannot be preloaded into an uninstrumented interpreter (it must
 # start with the process and see every thread: Python segfaults), so a
 # TSan build skips.
-if readelf -d "$lib" 2>/dev/null | grep -q "libtsan"; then
+# The flavour comes from configure (KVP_SANITIZER, set by `make check`):
+# clang's shared objects do not name their sanitizer runtime in NEEDED
+# (they leave its symbols undefined), so readelf is only the fallback
+# for a run by hand.
+san=${KVP_SANITIZER:-}
+if [ -z "$san" ]; then
+	san=none
+	readelf -d "$lib" 2>/dev/null | grep -q "libtsan" && san=tsan
+	readelf -d "$lib" 2>/dev/null | grep -q "libasan" && san=asan
+fi
+if [ "$san" = tsan ]; then
 	echo "SKIP: test_ctypes: the library is built with ThreadSanitizer," \
 		"which an uninstrumented Python cannot load"
 	exit 77
 fi
 preload=
-if readelf -d "$lib" 2>/dev/null | grep -q "libasan"; then
-	preload=$(${CC:-cc} -print-file-name=libasan.so)
+if [ "$san" = asan ]; then
+	for rt in libasan.so libclang_rt.asan-x86_64.so; do
+		preload=$(${CC:-cc} -print-file-name=$rt)
+		[ -f "$preload" ] && break
+	done
 	echo "test_ctypes: preloading $preload"
 fi
 py() {

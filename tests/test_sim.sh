@@ -234,5 +234,45 @@ else
 	bad "retention sweep: $(cat "$tmp/ret.csv" "$tmp/stderr" "$tmp/msg" 2>/dev/null)"
 fi
 
+# ---- honest limits and outputs (each failed before its fix)
+# one_line STATUS PATTERN ARGS...: kvpool sim exits STATUS with one stderr
+# line matching PATTERN (a bounded run: timeout 60 s).
+one_line() {
+	want=$1 pat=$2
+	shift 2
+	timeout 60 "$kv" sim "$@" >"$tmp/out" 2>"$tmp/err"
+	rc=$?
+	if [ $rc -eq "$want" ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] &&
+		grep -q "$pat" "$tmp/err"; then
+		ok "sim $*: $(cat "$tmp/err")"
+	else
+		bad "sim $*: status $rc (want $want), stderr: $(cat "$tmp/err")"
+	fi
+}
+one_line 1 "needs about .* GB, more than" --sweep-capacity \
+	--capacities 2147483647 --requests 50
+one_line 1 "needs about .* GB, more than" --blocks 2147483647 --requests 50
+one_line 2 "/dev/zero:1: a line longer than 16 MiB" --trace /dev/zero
+# stdout lost on a full device: status 1 and one line saying so.
+one_line_full() {
+	timeout 60 "$kv" sim "$@" >/dev/full 2>"$tmp/err"
+	rc=$?
+	if [ $rc -eq 1 ] && grep -q "writing the output" "$tmp/err"; then
+		ok "sim $* >/dev/full: $(tail -n 1 "$tmp/err")"
+	else
+		bad "sim $* >/dev/full: status $rc, stderr: $(cat "$tmp/err")"
+	fi
+}
+if [ -w /dev/full ]; then
+	one_line_full --requests 50
+	one_line_full --sweep-capacity --requests 100 --capacities 100,200
+	if "$kv" sim --requests 50 --sweep-capacity --compare mutex --capacities 100 \
+		--csv /dev/full >/dev/null 2>"$tmp/err"; then
+		bad "sim --csv /dev/full: status 0"
+	else
+		ok "sim --csv /dev/full: $(tail -n 1 "$tmp/err")"
+	fi
+fi
+
 echo "test_sim: $passed passed, $failed failed"
 [ $failed -eq 0 ]

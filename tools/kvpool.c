@@ -2,6 +2,8 @@
  * kvpool.c - the `kvpool` command: `kvpool sim` (tools/sim.c) and
  * `kvpool bench` (tools/bench.c).  See kvpool(1).
  */
+#include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,28 +50,54 @@ static void usage(FILE *f)
  */
 #define START_MB 128u	   /* the command at start, with 2 threads */
 #define THREAD_MB 16u	   /* each further thread: stack and arena */
+#define EVENTS_MB 64u	   /* --publish: each thread's event buffer */
+
+/* The value of option name in argv[i] ("--name V" or "--name=V"), or
+ * NULL. */
+static const char *opt_value(int argc, char **argv, int i, const char *name)
+{
+	size_t n = strlen(name);
+
+	if (strncmp(argv[i], name, n) != 0)
+		return NULL;
+	if (argv[i][n] == '=')
+		return argv[i] + n + 1;
+	return !argv[i][n] && i + 1 < argc ? argv[i + 1] : NULL;
+}
+
+/* --threads: a number, or a list (kvpool bench): its largest; 2 without. */
+static unsigned long threads_of(int argc, char **argv)
+{
+	unsigned long threads = 2;
+
+	for (int i = 1; i < argc; i++) {
+		const char *v = opt_value(argc, argv, i, "--threads");
+
+		for (char *q = (char *)v; q && *q;) {
+			unsigned long t = strtoul(q, &q, 10);
+
+			if (t > threads && t < 4096)
+				threads = t;
+			if (*q)
+				q++;
+		}
+	}
+	return threads;
+}
 
 static int check_address_space(const char *cmd, int argc, char **argv)
 {
-	unsigned long threads = 2, need;
+	unsigned long threads = threads_of(argc, argv), need;
+	bool publish = false;
 	struct rlimit rl;
 	void *p;
 
 	if (getrlimit(RLIMIT_AS, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
 		return 0;
-	for (int i = 1; i + 1 < argc; i++)
-		if (!strcmp(argv[i], "--threads")) {
-			/* A number, or a list (kvpool bench): its largest. */
-			for (char *q = argv[i + 1]; *q;) {
-				unsigned long t = strtoul(q, &q, 10);
-
-				if (t > threads && t < 4096)
-					threads = t;
-				if (*q)
-					q++;
-			}
-		}
-	need = START_MB + (threads - 2) * THREAD_MB;
+	for (int i = 1; i < argc; i++)
+		publish |= opt_value(argc, argv, i, "--publish") != NULL;
+	need = START_MB + (threads - 2) * THREAD_MB +
+	       (publish ? threads * EVENTS_MB : 0);
 	p = mmap(NULL, need << 20, PROT_NONE,
 		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	if (p != MAP_FAILED) {
@@ -81,6 +109,18 @@ static int check_address_space(const char *cmd, int argc, char **argv)
 		"less than the %lu MB %lu threads need to start\n",
 		cmd, (unsigned long long)(rl.rlim_cur >> 10), need, threads);
 	return 1;
+}
+
+/* A report lost on its way out (a full disk, /dev/full, a closed pipe)
+ * is an error, said in one line: status rc, or 1. */
+static int output_check(const char *cmd, int rc)
+{
+	errno = 0;
+	if (fflush(stdout) == 0 && !ferror(stdout))
+		return rc;
+	fprintf(stderr, "kvpool %s: writing the output: %s\n", cmd,
+		errno ? strerror(errno) : "write error");
+	return rc ? rc : 1;
 }
 
 int main(int argc, char **argv)
@@ -103,9 +143,9 @@ int main(int argc, char **argv)
 	    check_address_space(argv[1], argc, argv))
 		return 1;
 	if (!strcmp(argv[1], "sim"))
-		return sim_main(argc - 1, argv + 1);
+		return output_check("sim", sim_main(argc - 1, argv + 1));
 	if (!strcmp(argv[1], "bench"))
-		return bench_main(argc - 1, argv + 1);
+		return output_check("bench", bench_main(argc - 1, argv + 1));
 	fprintf(stderr, "kvpool: unknown command '%s'\n", argv[1]);
 	usage(stderr);
 	return 2;

@@ -71,6 +71,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -1601,7 +1602,7 @@ static int sweep_compare(const struct sim_opts *o, const struct workload *w,
 				row[c][1], y[c], row[c][2], row[c][3],
 				row[c][2] - row[c][3]);
 	}
-	if (csv && csv != stdout && fclose(csv) != 0) {
+	if (csv && csv != stdout && (ferror(csv) | fclose(csv)) != 0) {
 		fprintf(stderr, "kvpool sim: --csv %s: %s\n", o->csv,
 			strerror(errno));
 		rc = 1;
@@ -1690,6 +1691,59 @@ static int sweep_retain(const struct sim_opts *o, const struct workload *w,
 
 /* --sweep-capacity: every policy at every capacity, CSV on stdout and
  * the optional plot.  Returns the exit status. */
+/*
+ * A pool's host memory, checked before it is touched: with overcommit a
+ * pool far larger than the machine is created, then the kernel kills the
+ * process page by page.  About SIM_BLOCK_BYTES per block (the pool's and
+ * the manager's metadata and prefix maps); the limit is the physical
+ * memory or ulimit -v, the smaller.  Returns 0, or 1 after one line.
+ */
+#define SIM_BLOCK_BYTES 128u
+
+static int pool_memory_check(uint64_t blocks)
+{
+	long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+	uint64_t need = blocks * SIM_BLOCK_BYTES, have = UINT64_MAX;
+	const char *what = "physical memory";
+	struct rlimit rl;
+
+	if (pages > 0 && psz > 0)
+		have = (uint64_t)pages * (uint64_t)psz;
+	if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+	    (uint64_t)rl.rlim_cur < have) {
+		have = rl.rlim_cur;
+		what = "address-space limit (ulimit -v)";
+	}
+	if (need <= have)
+		return 0;
+	fprintf(stderr,
+		"kvpool sim: a pool of %llu blocks needs about %.1f GB, more "
+		"than the %.1f GB %s allows\n",
+		(unsigned long long)blocks, (double)need / 1e9,
+		(double)have / 1e9, what);
+	return 1;
+}
+
+/* The sweep's capacities (--capacities or the defaults; 0: unlimited),
+ * each checked against the memory: 0, or the exit status. */
+static int sweep_caps(const struct sim_opts *o, const struct workload *w,
+		      uint64_t unlimited, uint32_t *caps, unsigned *ncap)
+{
+	if (!o->capacities) {
+		*ncap = default_capacities(w, unlimited, caps);
+	} else if (parse_capacities(o->capacities, caps, ncap) != 0) {
+		fprintf(stderr,
+			"kvpool sim: --capacities: expected 1 to %u "
+			"comma-separated block counts\n",
+			SIM_MAX_CAPACITIES);
+		return 2;
+	}
+	for (unsigned c = 0; c < *ncap; c++)
+		if (pool_memory_check(caps[c] ? caps[c] : unlimited))
+			return 1;
+	return 0;
+}
+
 static int sweep(const struct sim_opts *o, const struct workload *w,
 		 uint64_t unlimited)
 {
@@ -1700,17 +1754,9 @@ static int sweep(const struct sim_opts *o, const struct workload *w,
 	struct sim_result *res;
 	int rc = 0;
 
-	if (o->capacities) {
-		if (parse_capacities(o->capacities, caps, &ncap) != 0) {
-			fprintf(stderr,
-				"kvpool sim: --capacities: expected 1 "
-				"to %u comma-separated block counts\n",
-				SIM_MAX_CAPACITIES);
-			return 2;
-		}
-	} else {
-		ncap = default_capacities(w, unlimited, caps);
-	}
+	rc = sweep_caps(o, w, unlimited, caps, &ncap);
+	if (rc)
+		return rc;
 	if (o->compare)
 		return sweep_compare(o, w, unlimited, caps, ncap);
 	for (unsigned c = 0; c < ncap; c++)
@@ -1942,6 +1988,26 @@ static const char *const flag_opts[] = {"--json", "--sweep-capacity",
 					"--unordered"};
 
 /* Fills *o from argv; exits 0 after --help, 2 on a usage error. */
+/* An endpoint option's value: a tcp:// port past 65535 is refused
+ * (libzmq would bind it modulo 65536, another port than asked for). */
+static const char *endpoint_arg(const char *name, const char *val)
+{
+	const char *port = strrchr(val, ':');
+
+	if (!strncmp(val, "tcp://", 6) && port && port > val + 5 &&
+	    strcmp(port + 1, "*") != 0) {
+		char *end;
+		unsigned long n;
+
+		errno = 0;
+		n = strtoul(port + 1, &end, 10);
+		if (errno || end == port + 1 || *end || n > 65535)
+			usage_error("%s: '%s': the port must be 0 to 65535 or "
+				    "*", name, val);
+	}
+	return val;
+}
+
 static void parse_args(struct sim_opts *o, int argc, char **argv)
 {
 	memset(o, 0, sizeof(*o));
@@ -2059,9 +2125,9 @@ static void parse_args(struct sim_opts *o, int argc, char **argv)
 		} else if (!strcmp(name, "--dump-workload")) {
 			o->dump = val;
 		} else if (!strcmp(name, "--publish")) {
-			o->publish = val;
+			o->publish = endpoint_arg(name, val);
 		} else if (!strcmp(name, "--replay")) {
-			o->replay_ep = val;
+			o->replay_ep = endpoint_arg(name, val);
 		} else if (!strcmp(name, "--replay-ring")) {
 			o->replay_ring = (uint32_t)bench_parse_ulong(
 				name, val, 1, 1u << 24);
@@ -2069,6 +2135,9 @@ static void parse_args(struct sim_opts *o, int argc, char **argv)
 			o->pub_hwm = (int32_t)bench_parse_ulong(name, val, 1,
 								INT32_MAX);
 		} else if (!strcmp(name, "--topic")) {
+			if (strlen(val) > 255)
+				usage_error("--topic: at most 255 bytes, got "
+					    "%zu", strlen(val));
 			o->topic = val;
 		} else if (!strcmp(name, "--hash")) {
 			if (strcmp(val, "sha256_cbor") && strcmp(val, "xxh3"))
@@ -2155,6 +2224,14 @@ static int start_publisher(struct sim_opts *o)
 			o->replay_ep ? o->replay_ep : "", strerror(-rc));
 		return -1;
 	}
+	/* The ports bound, "*" or 0 resolved: a subscriber needs them. */
+	for (int which = 0; which < (o->replay_ep ? 2 : 1); which++) {
+		char ep[256];
+
+		if (kvp_pub_endpoint(o->pub, which, ep, sizeof(ep)) == 0)
+			fprintf(stderr, "kvpool sim: %s on %s\n",
+				which ? "replay" : "publishing", ep);
+	}
 	return 0;
 }
 
@@ -2172,6 +2249,14 @@ static void print_events(const struct sim_opts *o, const struct sim_result *k)
 	       (unsigned long long)st.dropped,
 	       (unsigned long long)k->st.prefix_cached_blocks,
 	       o->cbor ? "sha256_cbor" : "xxh3");
+	if (o->replay_ep)
+		printf("replay: %llu requests answered (%llu cut short), %llu "
+		       "ignored; ring %llu batches, %llu bytes\n",
+		       (unsigned long long)st.replay_requests,
+		       (unsigned long long)st.replays_cut,
+		       (unsigned long long)st.replay_ignored,
+		       (unsigned long long)st.ring_batches,
+		       (unsigned long long)st.ring_bytes);
 }
 #else
 static int start_publisher(struct sim_opts *o)
@@ -2211,7 +2296,7 @@ int sim_main(int argc, char **argv)
 		FILE *f = fopen(o.dump, "w");
 
 		rc = f ? wl_dump(&w, f) : -errno;
-		if (f && fclose(f) != 0 && rc == 0)
+		if (f && (ferror(f) | fclose(f)) != 0 && rc == 0)
 			rc = -EIO;
 		wl_free(&w);
 		if (rc != 0) {
@@ -2252,6 +2337,10 @@ int sim_main(int argc, char **argv)
 	unl = blocks == 0;
 	if (unl)
 		blocks = (uint32_t)unlimited;
+	if (pool_memory_check(blocks)) {
+		wl_free(&w);
+		return 1;
+	}
 
 	if (o.publish && start_publisher(&o) != 0) {
 		wl_free(&w);

@@ -442,6 +442,44 @@ int wl_synthetic_sysprompt(struct workload *w, uint64_t seed, uint32_t nreq,
 
 /* ---------------------------------------------------------- trace files */
 
+/* The longest trace line read (a Mooncake line is a few KB): a file
+ * without newlines (/dev/zero, a sparse file) must not take all memory. */
+#define WL_LINE_MAX (16u << 20)
+
+/*
+ * Reads one line of f (with its newline) into *buf, grown up to
+ * WL_LINE_MAX.  Returns its length, or -1 at the end, -2 for a line
+ * longer than WL_LINE_MAX, -3 out of memory.
+ */
+static ssize_t line_read(FILE *f, char **buf, size_t *cap)
+{
+	size_t n = 0;
+	int c = EOF;
+
+	while ((c = getc_unlocked(f)) != EOF) {
+		if (n + 2 > *cap) {
+			size_t ncap = *cap ? *cap * 2 : 4096;
+			char *nb;
+
+			if (n + 2 > WL_LINE_MAX)
+				return -2;
+			ncap = ncap < WL_LINE_MAX ? ncap : WL_LINE_MAX;
+			nb = realloc(*buf, ncap);
+			if (!nb)
+				return -3;
+			*buf = nb;
+			*cap = ncap;
+		}
+		(*buf)[n++] = (char)c;
+		if (c == '\n')
+			break;
+	}
+	if (n == 0)
+		return -1;
+	(*buf)[n] = '\0';
+	return (ssize_t)n;
+}
+
 int wl_load_trace(struct workload *w, const char *path, char *err,
 		  size_t errlen)
 {
@@ -462,12 +500,21 @@ int wl_load_trace(struct workload *w, const char *path, char *err,
 		snprintf(err, errlen, "%s: %s", path, strerror(errno));
 		return -1;
 	}
-	while (rc == 0 && (len = getline(&line, &lcap, f)) >= 0) {
+	while (rc == 0 && (len = line_read(f, &line, &lcap)) != -1) {
 		struct wl_req *r;
 		uint32_t need;
 		int prc;
 
 		lineno++;
+		if (len < 0) {
+			snprintf(err, errlen, len == -2
+				 ? "%s:%llu: a line longer than 16 MiB (not a "
+				   "trace?)"
+				 : "%s:%llu: out of memory",
+				 path, (unsigned long long)lineno);
+			rc = -1;
+			break;
+		}
 		while (len > 0 &&
 		       (line[len - 1] == '\n' || line[len - 1] == '\r'))
 			len--;

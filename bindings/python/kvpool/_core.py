@@ -29,6 +29,7 @@ RETAIN_DEFAULT, RETAIN_MAX, RETAIN_PIN = 0, 14, 15
 HASH_ALGOS = {
     "sha256": 0,
     "xxh3_128": 1,
+    "sha256_cbor": 2,
 }
 #: kvp_admit() results.
 ADMIT_OK, ADMIT_LATER, ADMIT_NEVER = 0, 1, 2
@@ -138,10 +139,32 @@ def _scratch():
         return _tls.s
 
 
+def _np_unsigned(values, dtype):
+    """A 1-D NumPy array as dtype (no copy when it already is), or the
+    errors a list gets: OverflowError for a value out of dtype's range
+    (a cast would wrap 2**32 + k to k), TypeError for a non-integer one,
+    ValueError for an array of other than one dimension."""
+    if values.ndim != 1:
+        raise ValueError("expected a 1-D array, got %d dimensions"
+                         % values.ndim)
+    if values.dtype == dtype:
+        return np.ascontiguousarray(values)
+    if values.dtype.kind not in "iub" and values.size:
+        raise TypeError("expected integers, got an array of %s"
+                        % values.dtype)
+    if values.size and values.dtype.kind != "b":
+        lo, hi = int(values.min()), int(values.max())
+        if lo < 0 or hi > int(np.iinfo(dtype).max):
+            raise OverflowError("%d does not fit in %s"
+                                % (lo if lo < 0 else hi, np.dtype(dtype)))
+    return np.ascontiguousarray(values, dtype=dtype)
+
+
 def _u32(values):
-    """A uint32_t[] for a list or a NumPy array (no copy for uint32)."""
+    """A uint32_t[] for a list or a 1-D NumPy array (no copy for
+    uint32)."""
     if np is not None and isinstance(values, np.ndarray):
-        values = np.ascontiguousarray(values, dtype=np.uint32)
+        values = _np_unsigned(values, np.uint32)
         return ffi.from_buffer("uint32_t[]", values), len(values), values
     if not isinstance(values, (list, tuple)):
         values = list(values)
@@ -149,8 +172,10 @@ def _u32(values):
 
 
 def _u64(values):
+    """A uint64_t[] for a list or a 1-D NumPy array (no copy for
+    uint64)."""
     if np is not None and isinstance(values, np.ndarray):
-        values = np.ascontiguousarray(values, dtype=np.uint64)
+        values = _np_unsigned(values, np.uint64)
         return ffi.from_buffer("uint64_t[]", values), len(values), values
     values = list(values)
     return ffi.new("uint64_t[]", values), len(values), None
@@ -375,6 +400,14 @@ class Manager:
 
     _m = ffi.NULL
     _cb = None
+    _lost = 0
+    _lost_lock = threading.Lock()
+
+    @property
+    def events_lost(self):
+        """Events whose callback raised (each such event is lost)."""
+        with self._lost_lock:
+            return self._lost
 
     def __init__(self, pool, policy="lru", eviction_threshold=0.0,
                  watermark=0.0, prefix_cache=False, max_pinned=0):
@@ -462,7 +495,11 @@ class Manager:
         c, n = _hashes([bytes(block_hash)])
         prio = ffi.new("uint32_t *")
         exp = ffi.new("uint64_t *")
-        _check(lib.kvp_prefix_retention(self._m, c, prio, exp), "retention")
+        rc = lib.kvp_prefix_retention(self._m, c, prio, exp)
+        if rc == -_errno.ENOENT:  # kvp_strerror's text names a sequence
+            raise NotFound(_errno.ENOENT,
+                           "retention: no block cached under this hash")
+        _check(rc, "retention")
         return prio[0], exp[0]
 
     def append(self, seq, num_tokens=1):
@@ -600,8 +637,8 @@ class Manager:
         So it runs concurrently from several threads, but for one hash in
         the order the events happened.  It must not call kvpool on the
         pool (it runs inside the library's call).  An exception it raises
-        is printed (sys.unraisablehook) and ignored.  Set it before other
-        threads use the manager."""
+        is printed (sys.unraisablehook) and its event is lost: counted in
+        events_lost.  Set it before other threads use the manager."""
         if fn is None:
             _check(lib.kvp_manager_set_event_cb(self._m, ffi.NULL, ffi.NULL))
             self._cb = None
@@ -613,8 +650,13 @@ class Manager:
             parent = None
             if ev.parent != ffi.NULL:
                 parent = bytes(ffi.buffer(ev.parent.b, 32))
-            fn(Event(_EVENT_TYPES.get(ev.type, str(ev.type)), hs, parent,
-                     ev.block_tokens, ev.num_tokens))
+            try:
+                fn(Event(_EVENT_TYPES.get(ev.type, str(ev.type)), hs,
+                         parent, ev.block_tokens, ev.num_tokens))
+            except BaseException:
+                with self._lost_lock:
+                    self._lost += 1
+                raise  # printed by cffi, as before
 
         cb = ffi.callback("void(const struct kvp_event *, void *)",
                           trampoline)

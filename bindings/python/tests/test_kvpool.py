@@ -413,5 +413,67 @@ class TestPrefix(unittest.TestCase):
                 m.create_cached(1, kvpool.hash_blocks(range(32), 16), 32)
 
 
+class TestInputChecks(unittest.TestCase):
+    """Values a cast would silently change, shapes len() misreads, and
+    messages that name the wrong thing (each failed before its fix)."""
+
+    @unittest.skipUnless(NUMPY, "NumPy not importable")
+    def test_numpy_out_of_range(self):
+        import numpy as np
+        big = np.array([2**32 + 5] * 16, dtype=np.int64)
+        with self.assertRaises(OverflowError):
+            kvpool.hash_blocks(big, 16)
+        with self.assertRaises(OverflowError):
+            kvpool.hash_blocks(np.array([-1] * 16, dtype=np.int64), 16)
+        # the same values as a list raise too
+        with self.assertRaises(OverflowError):
+            kvpool.hash_blocks([2**32 + 5] * 16, 16)
+        with kvpool.Pool(16) as pool, kvpool.Manager(pool) as m:
+            with self.assertRaises(OverflowError):
+                m.block_table(np.array([-1], dtype=np.int64))
+        self.assertEqual(
+            kvpool.hash_blocks(np.arange(32, dtype=np.int64), 16),
+            kvpool.hash_blocks(list(range(32)), 16))
+
+    @unittest.skipUnless(NUMPY, "NumPy not importable")
+    def test_numpy_2d(self):
+        import numpy as np
+        with kvpool.Pool(16) as pool, kvpool.Manager(pool) as m:
+            m.create(10, 4)
+            m.create(11, 4)
+            with self.assertRaises(ValueError):
+                m.block_table(np.array([[10, 11]]))
+            self.assertEqual(m.block_table(np.array([10, 11])).shape[0], 2)
+
+    def test_sha256_cbor_profile(self):
+        self.assertIn("sha256_cbor", kvpool.HASH_ALGOS)
+
+    def test_retention_unknown_hash(self):
+        with kvpool.Pool(16, block_tokens=4) as pool, \
+                kvpool.Manager(pool, prefix_cache=True) as m:
+            with self.assertRaises(kvpool.NotFound) as cm:
+                m.retention(b"\x01" * 32)
+            self.assertNotIn("sequence", str(cm.exception))
+            self.assertIn("hash", str(cm.exception))
+
+    def test_raising_callback_counted(self):
+        import sys
+        with kvpool.Pool(16, block_tokens=4) as pool, \
+                kvpool.Manager(pool, prefix_cache=True) as m:
+            def boom(ev):
+                raise RuntimeError("callback failed")
+            m.set_event_callback(boom)
+            old = sys.unraisablehook
+            sys.unraisablehook = lambda u: None  # keep the log quiet
+            try:
+                with m.create(1, 8) as s:
+                    s.commit(kvpool.hash_blocks(range(8), 4))
+                m.prefix_reset()
+            finally:
+                sys.unraisablehook = old
+                m.set_event_callback(None)
+            self.assertEqual(m.events_lost, 2)
+
+
 if __name__ == "__main__":
     unittest.main()
