@@ -128,17 +128,24 @@ struct mgr_shard *mgr_shard(struct kvp_manager *m)
 /* Relaxed: statistics. */
 #define stat_add(m, field, v) mgr_stat_add(m, field, v)
 
-static uint64_t stat_sum(struct kvp_manager *m, size_t offset)
+/* Every counter of m at once: one pass over the shards (a pass per
+ * counter read each shard's lines thirteen times). */
+static void stat_sum_all(struct kvp_manager *m, uint64_t sum[STAT_FIELDS])
 {
-	uint64_t sum = 0;
+	memset(sum, 0, STAT_FIELDS * sizeof(*sum));
+	for (int i = 0; i < KVP_MGR_SHARDS; i++) {
+		const _Atomic uint64_t *f = &m->shards[i].creates;
 
-	for (int i = 0; i < KVP_MGR_SHARDS; i++)
-		sum += atomic_load_explicit(
-			(_Atomic uint64_t *)((char *)&m->shards[i] + offset),
-			memory_order_relaxed);
-	return sum;
+		/* Relaxed: statistics. */
+		for (int k = 0; k < STAT_FIELDS; k++)
+			sum[k] += atomic_load_explicit(&f[k],
+						       memory_order_relaxed);
+	}
 }
-#define STAT(m, field) stat_sum(m, offsetof(struct mgr_shard, field))
+#define STAT_OF(sum, field)                                                  \
+	((sum)[(offsetof(struct mgr_shard, field) -                           \
+		offsetof(struct mgr_shard, creates)) /                         \
+	       sizeof(uint64_t)])
 
 /* ------------------------------------------------------------------ */
 /* Sequences                                                           */
@@ -362,6 +369,9 @@ static void retire_push(struct kvp_manager *m, struct kvp_seq *first,
  */
 static pthread_mutex_t mgr_registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct kvp_manager *mgr_registry; /* mgr_registry_lock */
+/* Managers removed from the registry so far.  Synchronization: written
+ * under mgr_registry_lock, read relaxed (a stash's snapshot of it). */
+static _Atomic uint64_t mgr_unregistered;
 
 static void registry_add(struct kvp_manager *m)
 {
@@ -388,6 +398,12 @@ static void registry_remove(struct kvp_manager *m)
 	for (pp = &mgr_registry; *pp; pp = &(*pp)->registry_next) {
 		if (*pp == m) {
 			*pp = m->registry_next;
+			atomic_store_explicit(
+				&mgr_unregistered,
+				atomic_load_explicit(&mgr_unregistered,
+						     memory_order_relaxed) +
+					1,
+				memory_order_relaxed);
 			break;
 		}
 	}
@@ -426,8 +442,9 @@ struct seq_cache_entry {
 #define KVP_STASH_MAX 64u
 struct seq_stash {
 	uint64_t muid; /* 0: empty */
+	uint64_t unregistered; /* mgr_unregistered when m was set */
 	struct kvp_manager *m;
-	struct kvp_seq *head; /* linked through `link` */
+	struct kvp_seq *head, *tail; /* linked through `link` */
 	uint32_t n;
 };
 struct seq_thread {
@@ -497,15 +514,18 @@ static void stash_return(struct seq_stash *st)
 
 	if (st->n) {
 		kvp_check_pthread(pthread_mutex_lock(&mgr_registry_lock));
-		if (mgr_registered(st->m, st->muid) && !st->m->dying) {
-			for (last = st->head;
-			     atomic_load_explicit(&last->link,
-						  memory_order_relaxed);
-			     last = atomic_load_explicit(
-				     &last->link, memory_order_relaxed))
-				;
+		/* The tail kept, not found by a walk down the list: its
+		 * structs are cold by now, each link a miss. */
+		last = st->tail;
+		/* No manager left the registry since m was set (and m was
+		 * registered then, being in use): registered still, with
+		 * no walk of the registry. */
+		if ((atomic_load_explicit(&mgr_unregistered,
+					  memory_order_relaxed) ==
+			     st->unregistered ||
+		     mgr_registered(st->m, st->muid)) &&
+		    !st->m->dying)
 			retire_push(st->m, st->head, last, st->n, false);
-		}
 		kvp_check_pthread(pthread_mutex_unlock(&mgr_registry_lock));
 	}
 	*st = (struct seq_stash){0};
@@ -526,6 +546,10 @@ static struct seq_stash *stash_for(struct kvp_manager *m)
 	stash_return(st);
 	st->muid = m->uid;
 	st->m = m;
+	/* Relaxed: compared under mgr_registry_lock, where it is written;
+	 * a stale (lower) value only costs a walk. */
+	st->unregistered =
+		atomic_load_explicit(&mgr_unregistered, memory_order_relaxed);
 	return st;
 }
 
@@ -544,6 +568,8 @@ static void seq_release(struct kvp_seq *s)
 	}
 	/* Relaxed: the stash is ours alone. */
 	atomic_store_explicit(&s->link, st->head, memory_order_relaxed);
+	if (!st->head)
+		st->tail = s;
 	st->head = s;
 	if (++st->n > KVP_STASH_MAX) {
 		struct kvp_seq *first = st->head, *last = first;
@@ -571,7 +597,8 @@ static struct kvp_seq *stash_take(struct kvp_manager *m)
 		return NULL;
 	s = st->head;
 	st->head = atomic_load_explicit(&s->link, memory_order_relaxed);
-	st->n--;
+	if (!--st->n)
+		st->tail = NULL;
 	return s;
 }
 
@@ -1794,27 +1821,28 @@ KVP_API void kvp_manager_destroy(struct kvp_manager *m)
 
 KVP_API void kvp_manager_stats(struct kvp_manager *m, struct kvp_stats *st)
 {
-	uint64_t used, total;
+	uint64_t used, total, sum[STAT_FIELDS];
 
 	if (!m || !st)
 		return;
 	memset(st, 0, sizeof(*st));
-	st->sequences = STAT(m, sequences);
-	st->tokens = STAT(m, tokens);
-	st->seq_creates = STAT(m, creates);
-	st->seq_frees = STAT(m, frees);
-	st->appends = STAT(m, appends);
-	st->forks = STAT(m, forks);
-	st->evictions = STAT(m, evictions);
-	st->cow_copies = STAT(m, cows);
-	st->blocks_allocated = STAT(m, blocks_allocated);
-	st->blocks_released = STAT(m, blocks_released);
+	stat_sum_all(m, sum);
+	st->sequences = STAT_OF(sum, sequences);
+	st->tokens = STAT_OF(sum, tokens);
+	st->seq_creates = STAT_OF(sum, creates);
+	st->seq_frees = STAT_OF(sum, frees);
+	st->appends = STAT_OF(sum, appends);
+	st->forks = STAT_OF(sum, forks);
+	st->evictions = STAT_OF(sum, evictions);
+	st->cow_copies = STAT_OF(sum, cows);
+	st->blocks_allocated = STAT_OF(sum, blocks_allocated);
+	st->blocks_released = STAT_OF(sum, blocks_released);
 	pool_usage(m->pool, &used, &total);
 	st->blocks_used = used;
 	st->blocks_total = total;
 	st->bytes_per_block = m->pool->block_bytes;
-	st->prefix_queries = STAT(m, prefix_queries);
-	st->prefix_hits = STAT(m, prefix_hits);
+	st->prefix_queries = STAT_OF(sum, prefix_queries);
+	st->prefix_hits = STAT_OF(sum, prefix_hits);
 	st->prefix_hit_rate = st->prefix_queries
 				      ? (double)st->prefix_hits /
 						(double)st->prefix_queries
@@ -1822,7 +1850,7 @@ KVP_API void kvp_manager_stats(struct kvp_manager *m, struct kvp_stats *st)
 	prefix_cache_stats(&m->prefix, &st->prefix_cached_blocks,
 			   &st->prefix_evictions, &st->prefix_pinned,
 			   &st->retention_clock);
-	st->prefix_commits = STAT(m, prefix_commits);
+	st->prefix_commits = STAT_OF(sum, prefix_commits);
 }
 
 KVP_API int kvp_manager_dump(struct kvp_manager *m, FILE *f)

@@ -103,6 +103,13 @@ struct mgr_shard {
 	_Atomic uint64_t sequences, tokens; /* deltas, wrapping */
 	_Atomic uint64_t prefix_queries, prefix_hits, prefix_commits;
 };
+/* The counters of a shard, creates first (stat_sum_all reads them as an
+ * array). */
+#define STAT_FIELDS 13
+_Static_assert(sizeof(struct mgr_shard) >= STAT_FIELDS * sizeof(uint64_t) &&
+		       offsetof(struct mgr_shard, prefix_commits) ==
+			       (STAT_FIELDS - 1) * sizeof(uint64_t),
+	       "struct mgr_shard: STAT_FIELDS consecutive counters");
 
 struct kvp_manager {
 	/* Read-only after creation. */
