@@ -63,6 +63,10 @@ KVP_TLS unsigned kvp_stat_shard;
 /* Bit i: exclusive shard i has a live owner.  Atomic; see below. */
 static _Atomic uint32_t excl_shards_taken;
 static _Atomic unsigned next_shared_shard; /* relaxed: spreads threads */
+/* Bit i: some thread was ever given shard i, so only those shards of a
+ * manager can be non-zero (stat_sum_all sums only them).  Atomic,
+ * relaxed: set by a thread before its first update of the shard. */
+static _Atomic uint32_t shards_ever;
 static pthread_key_t shard_key;
 static pthread_once_t shard_once = PTHREAD_ONCE_INIT;
 
@@ -120,21 +124,32 @@ static __attribute__((noinline)) void shard_assign(void)
 
 struct mgr_shard *mgr_shard(struct kvp_manager *m)
 {
-	if (unlikely(!kvp_stat_shard))
+	if (unlikely(!kvp_stat_shard)) {
 		shard_assign();
+		/* Relaxed: see shards_ever. */
+		atomic_fetch_or_explicit(&shards_ever,
+					 1u << (kvp_stat_shard - 1),
+					 memory_order_relaxed);
+	}
 	return &m->shards[kvp_stat_shard - 1];
 }
 
 /* Relaxed: statistics. */
 #define stat_add(m, field, v) mgr_stat_add(m, field, v)
 
-/* Every counter of m at once: one pass over the shards (a pass per
- * counter read each shard's lines thirteen times). */
+/* Every counter of m at once: one pass over the shards any thread was
+ * ever given (a pass per counter over every shard read each shard's
+ * lines thirteen times). */
 static void stat_sum_all(struct kvp_manager *m, uint64_t sum[STAT_FIELDS])
 {
+	/* Relaxed: see shards_ever. */
+	uint32_t used = atomic_load_explicit(&shards_ever,
+					     memory_order_relaxed);
+
 	memset(sum, 0, STAT_FIELDS * sizeof(*sum));
-	for (int i = 0; i < KVP_MGR_SHARDS; i++) {
-		const _Atomic uint64_t *f = &m->shards[i].creates;
+	for (; used; used &= used - 1) {
+		const _Atomic uint64_t *f =
+			&m->shards[__builtin_ctz(used)].creates;
 
 		/* Relaxed: statistics. */
 		for (int k = 0; k < STAT_FIELDS; k++)

@@ -96,6 +96,7 @@ struct seq_slab {
 #define KVP_MGR_EXCL_SHARDS 16
 #define KVP_MGR_SHARED_SHARDS 4
 #define KVP_MGR_SHARDS (KVP_MGR_EXCL_SHARDS + KVP_MGR_SHARED_SHARDS)
+_Static_assert(KVP_MGR_SHARDS <= 32, "shards_ever is a 32-bit map");
 struct mgr_shard {
 	kvp_cacheline_aligned _Atomic uint64_t creates;
 	_Atomic uint64_t frees, appends, forks, evictions, cows;
