@@ -114,13 +114,37 @@ static uint32_t race_hit(struct kvp_manager *m, uint32_t nb,
 	return b;
 }
 
+/* Tokens a two-block request of hash h finds cached (sequence 3, freed
+ * again); its first block in *first. */
+static uint32_t hit_tokens(struct kvp_manager *m, const struct kvp_hash *h,
+			   uint32_t *first)
+{
+	uint32_t cached = 99, ids[2], n = 0;
+
+	ck_assert_int_eq(kvp_seq_create_cached(m, 3, h, 1, 2 * BT, &cached),
+			 0);
+	ck_assert_int_eq(kvp_seq_blocks(m, 3, ids, 2, &n), 0);
+	*first = ids[0];
+	ck_assert_int_eq(kvp_seq_free(m, 3), 0);
+	return cached;
+}
+
+/* Both checks clean, then everything goes. */
+static void teardown(struct kvp_pool *p, struct kvp_manager *m)
+{
+	ck_assert_int_eq(kvp_manager_check(m), 0);
+	ck_assert_int_eq(kvp_pool_check(p), 0);
+	kvp_manager_destroy(m);
+	kvp_pool_unref(p);
+}
+
 /* Two blocks: the request needs both, so it evicts b (now h2's). */
 START_TEST(test_aba_other_hash)
 {
 	struct kvp_pool *p = mkpool(2);
 	struct kvp_manager *m = mkmgr(p);
 	struct kvp_hash h1, h2;
-	uint32_t ids[2], n = 0, cached = 99, b;
+	uint32_t ids[2], n = 0, b, first;
 
 	mkhash(&h1, 1);
 	mkhash(&h2, 2);
@@ -130,18 +154,9 @@ START_TEST(test_aba_other_hash)
 	ck_assert(ids[0] == b || ids[1] == b);
 	ck_assert_int_eq(kvp_seq_free(m, 2), 0);
 	/* Neither hash is cached now. */
-	ck_assert_int_eq(kvp_seq_create_cached(m, 3, &h1, 1, 2 * BT, &cached),
-			 0);
-	ck_assert_uint_eq(cached, 0);
-	ck_assert_int_eq(kvp_seq_free(m, 3), 0);
-	ck_assert_int_eq(kvp_seq_create_cached(m, 3, &h2, 1, 2 * BT, &cached),
-			 0);
-	ck_assert_uint_eq(cached, 0);
-	ck_assert_int_eq(kvp_seq_free(m, 3), 0);
-	ck_assert_int_eq(kvp_manager_check(m), 0);
-	ck_assert_int_eq(kvp_pool_check(p), 0);
-	kvp_manager_destroy(m);
-	kvp_pool_unref(p);
+	ck_assert_uint_eq(hit_tokens(m, &h1, &first), 0);
+	ck_assert_uint_eq(hit_tokens(m, &h2, &first), 0);
+	teardown(p, m);
 }
 END_TEST
 
@@ -152,7 +167,7 @@ START_TEST(test_aba_keeps_new_hash)
 	struct kvp_pool *p = mkpool(3);
 	struct kvp_manager *m = mkmgr(p);
 	struct kvp_hash h1, h2;
-	uint32_t ids[2], n = 0, cached = 99, b;
+	uint32_t ids[2], n = 0, b, first = UINT32_MAX;
 
 	mkhash(&h1, 1);
 	mkhash(&h2, 2);
@@ -160,16 +175,9 @@ START_TEST(test_aba_keeps_new_hash)
 	ck_assert_int_eq(kvp_seq_blocks(m, 2, ids, 2, &n), 0);
 	ck_assert(ids[0] != b && ids[1] != b);
 	ck_assert_int_eq(kvp_seq_free(m, 2), 0);
-	ck_assert_int_eq(kvp_seq_create_cached(m, 3, &h2, 1, 2 * BT, &cached),
-			 0);
-	ck_assert_uint_eq(cached, BT);
-	ck_assert_int_eq(kvp_seq_blocks(m, 3, ids, 2, &n), 0);
-	ck_assert_uint_eq(ids[0], b);
-	ck_assert_int_eq(kvp_seq_free(m, 3), 0);
-	ck_assert_int_eq(kvp_manager_check(m), 0);
-	ck_assert_int_eq(kvp_pool_check(p), 0);
-	kvp_manager_destroy(m);
-	kvp_pool_unref(p);
+	ck_assert_uint_eq(hit_tokens(m, &h2, &first), BT);
+	ck_assert_uint_eq(first, b);
+	teardown(p, m);
 }
 END_TEST
 
