@@ -237,17 +237,13 @@ static void seq_free_push(struct kvp_manager *m, struct kvp_seq *first,
 						      memory_order_relaxed));
 }
 
-/* The calling thread's slab of fresh structs.  Owner thread only. */
-static KVP_TLS struct seq_slab *fresh_slab;
-static KVP_TLS uint64_t fresh_slab_mgr; /* its manager's uid */
-static KVP_TLS unsigned fresh_next;	/* its next unused struct */
-
 /*
- * A new slab of dead, unpublished structs for m; returns the first and
- * keeps the others for this thread's next creates.  Cache-line aligned, so that sequences of
- * different threads never share a line.
+ * A new slab of dead, unpublished structs for m, on m's slab list (freed
+ * with m), or NULL.  Cache-line aligned, so that sequences of different
+ * threads never share a line.  The caller hands out its structs
+ * (seq_take: the first now, the others from this thread's stash for m).
  */
-static struct kvp_seq *seq_new(struct kvp_manager *m)
+static struct seq_slab *slab_new(struct kvp_manager *m)
 {
 	struct seq_slab *slab =
 		kvp_malloc_aligned(_Alignof(struct seq_slab), sizeof(*slab));
@@ -271,11 +267,7 @@ static struct kvp_seq *seq_new(struct kvp_manager *m)
 	while (!atomic_compare_exchange_weak_explicit(&m->slabs, &head, slab,
 						      memory_order_release,
 						      memory_order_relaxed));
-	/* The rest are this thread's to hand out (seq_take). */
-	fresh_slab = slab;
-	fresh_slab_mgr = m->uid;
-	fresh_next = 1;
-	return &slab->seqs[0];
+	return slab;
 }
 
 /* Frees a table that is not the struct's inline one. */
@@ -327,6 +319,43 @@ static uint64_t coarse_now_ns(void)
 }
 
 /*
+ * Flushes m's retire list if the rationing below allows it: KVP_RETIRE_MAX
+ * structs wait since the last flush, or KVP_RETIRE_PERIOD_NS passed.
+ * now_n: m->nretired as the caller saw it.
+ */
+static void retire_paced(struct kvp_manager *m, uint32_t now_n)
+{
+	/* Relaxed: these only pace the batches (two threads may both flush:
+	 * the second detaches what is left, maybe nothing). */
+	uint32_t flushed_n =
+		atomic_load_explicit(&m->flushed_n, memory_order_relaxed);
+	uint64_t now = coarse_now_ns();
+
+	if (now_n - flushed_n < KVP_RETIRE_MAX &&
+	    now - atomic_load_explicit(&m->flushed_ns, memory_order_relaxed) <
+		    KVP_RETIRE_PERIOD_NS)
+		return;
+	atomic_store_explicit(&m->flushed_n, now_n, memory_order_relaxed);
+	atomic_store_explicit(&m->flushed_ns, now, memory_order_relaxed);
+	retire_flush(m);
+}
+
+/*
+ * Before m grows a slab: structs retired since the last flush (stashes
+ * handed back never flush: see retire_push) are flushed, as paced, so
+ * that they come back through the free list instead of waiting for m's
+ * destruction while new slabs pile up.
+ */
+static void retire_kick(struct kvp_manager *m)
+{
+	/* Relaxed: pacing only. */
+	uint32_t n = atomic_load_explicit(&m->nretired, memory_order_relaxed);
+
+	if (n != atomic_load_explicit(&m->flushed_n, memory_order_relaxed))
+		retire_paced(m, n);
+}
+
+/*
  * Hands a chain of n dead structs, first..last linked through `link`, back
  * for reuse after a grace period (only the way to other threads needs one:
  * the free list's pops rely on it, see seq_take).  Structs gather on the
@@ -350,8 +379,7 @@ static void retire_push(struct kvp_manager *m, struct kvp_seq *first,
 			struct kvp_seq *last, uint32_t n, bool may_flush)
 {
 	struct kvp_seq *top;
-	uint32_t old, now_n, flushed_n;
-	uint64_t now;
+	uint32_t old, now_n;
 
 	top = atomic_load_explicit(&m->retired, memory_order_relaxed);
 	do
@@ -360,21 +388,12 @@ static void retire_push(struct kvp_manager *m, struct kvp_seq *first,
 	while (!atomic_compare_exchange_weak_explicit(&m->retired, &top, first,
 						      memory_order_release,
 						      memory_order_relaxed));
-	/* Relaxed, here and below: these only pace the batches (two threads
-	 * may both flush: the second detaches what is left, maybe nothing). */
+	/* Relaxed: a count that paces the batches. */
 	old = atomic_fetch_add_explicit(&m->nretired, n, memory_order_relaxed);
 	now_n = old + n;
 	if (!may_flush || old / KVP_RETIRE_BATCH == now_n / KVP_RETIRE_BATCH)
 		return;
-	flushed_n = atomic_load_explicit(&m->flushed_n, memory_order_relaxed);
-	now = coarse_now_ns();
-	if (now_n - flushed_n < KVP_RETIRE_MAX &&
-	    now - atomic_load_explicit(&m->flushed_ns, memory_order_relaxed) <
-		    KVP_RETIRE_PERIOD_NS)
-		return;
-	atomic_store_explicit(&m->flushed_n, now_n, memory_order_relaxed);
-	atomic_store_explicit(&m->flushed_ns, now, memory_order_relaxed);
-	retire_flush(m);
+	retire_paced(m, now_n);
 }
 
 /*
@@ -461,6 +480,11 @@ struct seq_stash {
 	struct kvp_manager *m;
 	struct kvp_seq *head, *tail; /* linked through `link` */
 	uint32_t n;
+	/* The thread's slab of never-used structs for m, and its next one:
+	 * handed back with the stash, so that a thread that serves several
+	 * managers never abandons a slab's unused structs. */
+	struct seq_slab *fresh;
+	uint32_t fresh_next;
 };
 struct seq_thread {
 	struct seq_cache_entry cache[SEQ_CACHE_SLOTS];
@@ -523,24 +547,40 @@ static struct seq_cache_entry *seq_cache_slot(uint64_t id)
 }
 
 /* Empties st, handing its structs back to its manager if it is alive. */
+/* Adds the unused structs of st's fresh slab to its list (dead and never
+ * published, as the stashed ones).  Its manager is alive. */
+static void stash_add_fresh(struct seq_stash *st)
+{
+	for (uint32_t i = KVP_SEQ_SLAB; st->fresh && i-- > st->fresh_next;) {
+		struct kvp_seq *s = &st->fresh->seqs[i];
+
+		/* Relaxed: the stash is ours alone. */
+		atomic_store_explicit(&s->link, st->head, memory_order_relaxed);
+		if (!st->head)
+			st->tail = s;
+		st->head = s;
+		st->n++;
+	}
+}
+
 static void stash_return(struct seq_stash *st)
 {
-	struct kvp_seq *last;
-
-	if (st->n) {
+	if (st->n || (st->fresh && st->fresh_next < KVP_SEQ_SLAB)) {
 		kvp_check_pthread(pthread_mutex_lock(&mgr_registry_lock));
-		/* The tail kept, not found by a walk down the list: its
-		 * structs are cold by now, each link a miss. */
-		last = st->tail;
 		/* No manager left the registry since m was set (and m was
 		 * registered then, being in use): registered still, with
-		 * no walk of the registry. */
+		 * no walk of the registry.  Only then are its structs
+		 * touched: a destroyed manager's went with its slabs. */
 		if ((atomic_load_explicit(&mgr_unregistered,
 					  memory_order_relaxed) ==
 			     st->unregistered ||
 		     mgr_registered(st->m, st->muid)) &&
-		    !st->m->dying)
-			retire_push(st->m, st->head, last, st->n, false);
+		    !st->m->dying) {
+			stash_add_fresh(st);
+			/* The tail kept, not found by a walk down the list:
+			 * its structs are cold by now, each link a miss. */
+			retire_push(st->m, st->head, st->tail, st->n, false);
+		}
 		kvp_check_pthread(pthread_mutex_unlock(&mgr_registry_lock));
 	}
 	*st = (struct seq_stash){0};
@@ -617,6 +657,39 @@ static struct kvp_seq *stash_take(struct kvp_manager *m)
 	return s;
 }
 
+/* A never-used struct of this thread's fresh slab for m, or NULL. */
+static struct kvp_seq *fresh_take(struct kvp_manager *m)
+{
+	struct seq_stash *st;
+
+	if (unlikely(!seq_thr))
+		return NULL;
+	st = &seq_thr->stashes[m->uid % KVP_STASHES];
+	if (st->muid != m->uid || !st->fresh ||
+	    st->fresh_next >= KVP_SEQ_SLAB)
+		return NULL;
+	return &st->fresh->seqs[st->fresh_next++];
+}
+
+/* A struct of a new slab for m; the others become this thread's fresh
+ * slab for m.  NULL if out of memory. */
+static struct kvp_seq *seq_new(struct kvp_manager *m)
+{
+	struct seq_slab *slab = slab_new(m);
+	struct seq_stash *st;
+
+	if (!slab)
+		return NULL;
+	/* Without thread state the others wait, unused, for m's
+	 * destruction (only after a failed allocation). */
+	st = stash_for(m);
+	if (st) {
+		st->fresh = slab;
+		st->fresh_next = 1;
+	}
+	return &slab->seqs[0];
+}
+
 /*
  * Returns an unpublished, dead struct of m (recycled, or new), or NULL if
  * out of memory.  Pops run inside an RCU read-side section: a struct
@@ -633,8 +706,9 @@ static struct kvp_seq *seq_take(struct kvp_manager *m)
 	s = stash_take(m);
 	if (s)
 		return s;
-	if (fresh_slab_mgr == m->uid && fresh_next < KVP_SEQ_SLAB)
-		return &fresh_slab->seqs[fresh_next++];
+	s = fresh_take(m);
+	if (s)
+		return s;
 	kvp_rcu_read_lock();
 	/* Acquire: pairs with seq_recycle()'s release push. */
 	s = atomic_load_explicit(&m->free_seqs, memory_order_acquire);
@@ -647,7 +721,10 @@ static struct kvp_seq *seq_take(struct kvp_manager *m)
 			break;
 	}
 	kvp_rcu_read_unlock();
-	return s ? s : seq_new(m);
+	if (s)
+		return s;
+	retire_kick(m);
+	return seq_new(m);
 }
 
 /* Locks s if it holds live sequence id; false (unlocked) otherwise. */
