@@ -546,23 +546,26 @@ static struct seq_cache_entry *seq_cache_slot(uint64_t id)
 			  (SEQ_CACHE_SLOTS - 1)];
 }
 
-/* Empties st, handing its structs back to its manager if it is alive. */
+/* Pushes the dead struct s on st's list (no limit: see seq_release). */
+static void stash_push(struct seq_stash *st, struct kvp_seq *s)
+{
+	/* Relaxed: the stash is ours alone. */
+	atomic_store_explicit(&s->link, st->head, memory_order_relaxed);
+	if (!st->head)
+		st->tail = s;
+	st->head = s;
+	st->n++;
+}
+
 /* Adds the unused structs of st's fresh slab to its list (dead and never
  * published, as the stashed ones).  Its manager is alive. */
 static void stash_add_fresh(struct seq_stash *st)
 {
-	for (uint32_t i = KVP_SEQ_SLAB; st->fresh && i-- > st->fresh_next;) {
-		struct kvp_seq *s = &st->fresh->seqs[i];
-
-		/* Relaxed: the stash is ours alone. */
-		atomic_store_explicit(&s->link, st->head, memory_order_relaxed);
-		if (!st->head)
-			st->tail = s;
-		st->head = s;
-		st->n++;
-	}
+	for (uint32_t i = KVP_SEQ_SLAB; st->fresh && i-- > st->fresh_next;)
+		stash_push(st, &st->fresh->seqs[i]);
 }
 
+/* Empties st, handing its structs back to its manager if it is alive. */
 static void stash_return(struct seq_stash *st)
 {
 	if (st->n || (st->fresh && st->fresh_next < KVP_SEQ_SLAB)) {
@@ -621,12 +624,8 @@ static void seq_release(struct kvp_seq *s)
 		retire_push(s->mgr, s, s, 1, true);
 		return;
 	}
-	/* Relaxed: the stash is ours alone. */
-	atomic_store_explicit(&s->link, st->head, memory_order_relaxed);
-	if (!st->head)
-		st->tail = s;
-	st->head = s;
-	if (++st->n > KVP_STASH_MAX) {
+	stash_push(st, s);
+	if (st->n > KVP_STASH_MAX) {
 		struct kvp_seq *first = st->head, *last = first;
 
 		for (uint32_t i = 1; i < KVP_STASH_MAX / 2; i++)
