@@ -3,9 +3,9 @@
  *
  * Floor 7 (doc/architecture.md, "Layers"): a loop over kvp_seq_append,
  * for bindings whose per-call cost (Python's) exceeds the append's own.
- * Each append
- * is as atomic as kvp_seq_append's; the batch as a whole is not: it stops
- * at the first failure, like write(2) stops at a short count.
+ * Each append is as atomic as kvp_seq_append's; the batch as a whole is
+ * not: it stops at the first failure, like write(2) stops at a short
+ * count.
  */
 #include <errno.h>
 #include <stdint.h>

@@ -1215,9 +1215,8 @@ static int free_distinct(struct kvp_pool *pool, const uint32_t *ids,
 
 /*
  * Parked references (doc/architecture.md, "The pool"; tcache.h keeps
- * them).  A
- * sequence's free parks its references on the blocks that were its
- * prefix-cache hits, the head of its chain (the end of ids: a table is
+ * them).  A sequence's free parks its references on the blocks that were
+ * its prefix-cache hits, the head of its chain (the end of ids: a table is
  * released last block first): blocks other requests share, which the
  * thread is likely to hit again.  At most KVP_PARK_MAX, from the head
  * down to the first block it cannot park: uncached, or whose slot holds

@@ -1107,10 +1107,10 @@ static void table_free_rcu(struct rcu_head *head)
  * A manager's table has, for its whole life, the slots it may ever need:
  * it caches at most every block of the pool, and 4 slots per block (a
  * power of two, at least 64; at most 2^32 for 2^31 blocks) keep it at
- * most a quarter full of entries, half full with tombstones.  Sized up front, it never grows: a commit never
- * waits for a resize, which for millions of entries takes a good part of
- * a second (faulting the new table's pages in).  Rebuilds only clear
- * deleted entries.
+ * most a quarter full of entries, half full with tombstones.  Sized up
+ * front, it never grows: a commit never waits for a resize, which for
+ * millions of entries takes a good part of a second (faulting the new
+ * table's pages in).  Rebuilds only clear deleted entries.
  */
 static uint64_t table_slots(const struct prefix_cache *pc)
 {
