@@ -390,12 +390,6 @@ static double now_real(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static void put_be64(unsigned char *b, uint64_t v)
-{
-	for (int i = 0; i < 8; i++)
-		b[i] = (unsigned char)(v >> (56 - 8 * i));
-}
-
 /* libzmq's free function for a sent PUB message (its I/O thread).  The
  * payload reached it through libzmq's pipes, which TSan cannot see: the
  * publisher released it before zmq_msg_send, acquired here. */
@@ -497,7 +491,7 @@ static void batch_send(struct kvp_pub *p, struct kvpe_payload *pl)
 	unsigned char seqb[8];
 	zmq_msg_t msg;
 
-	put_be64(seqb, p->next_batch);
+	kvpe_put_be64(seqb, p->next_batch);
 	zmq_send(p->pub, p->topic, strlen(p->topic), ZMQ_SNDMORE);
 	zmq_send(p->pub, seqb, 8, ZMQ_SNDMORE);
 	if (zmq_msg_init_data(&msg, pl->data, pl->len, payload_sent, pl) !=

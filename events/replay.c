@@ -136,12 +136,6 @@ static double mono_now(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static void put_be64(unsigned char *b, uint64_t v)
-{
-	for (int i = 0; i < 8; i++)
-		b[i] = (unsigned char)(v >> (56 - 8 * i));
-}
-
 void kvpe_payload_unref(struct kvpe_payload *pl)
 {
 	/* Acq_rel: the last holder sees every other holder's use done. */
@@ -217,7 +211,7 @@ static int send_end(struct kvpe_replay *r, const unsigned char *id, int idn)
 	unsigned char seqb[8];
 	const int f = ZMQ_SNDMORE | ZMQ_DONTWAIT;
 
-	put_be64(seqb, UINT64_MAX); /* -1 as 8 signed bytes */
+	kvpe_put_be64(seqb, UINT64_MAX); /* -1 as 8 signed bytes */
 	if (zmq_send(r->sock, id, (size_t)idn, f) < 0)
 		return -errno;
 	/* The rest of a message whose first frame went always goes. */
@@ -261,7 +255,7 @@ static int send_batch(struct kvpe_replay *r, struct rpeer *pe,
 
 	if (zmq_send(r->sock, pe->id, (size_t)pe->idn, f) < 0)
 		return -errno;
-	put_be64(seqb, s->seq);
+	kvpe_put_be64(seqb, s->seq);
 	zmq_send(r->sock, "", 0, f);
 	zmq_send(r->sock, seqb, 8, f);
 	send_payload(r, pe, s->pl, malloc(sizeof(struct ticket)));

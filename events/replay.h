@@ -24,6 +24,14 @@ struct kvpe_payload {
 
 void kvpe_payload_unref(struct kvpe_payload *pl);
 
+/* A batch's sequence number as the wire carries it (the PUB frame's and
+ * a replay message's first part): 8 bytes, big-endian. */
+static inline void kvpe_put_be64(unsigned char *b, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		b[i] = (unsigned char)(v >> (56 - 8 * i));
+}
+
 struct kvpe_replay;
 
 struct kvpe_replay_stats {
