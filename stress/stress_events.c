@@ -37,6 +37,7 @@
 #define PROMPT_BLOCKS 12u
 #define NPROMPTS 64u
 #define SET_SLOTS (1u << 16)
+#include "events_set.h" /* after SET_SLOTS */
 
 static struct kvp_manager *mgr;
 static struct kvp_pub *pub;
@@ -108,42 +109,6 @@ static void *worker(void *arg)
 
 /* ------------------------------------------------------------ checker */
 
-/* An open-addressing set of 32-byte hashes. */
-static struct kvp_hash set_key[SET_SLOTS];
-static uint8_t set_used[SET_SLOTS]; /* 0 empty, 1 present, 2 tombstone */
-static uint64_t set_n;
-
-static uint32_t slot_of(const uint8_t *h)
-{
-	uint32_t s;
-
-	memcpy(&s, h, sizeof(s));
-	return s & (SET_SLOTS - 1);
-}
-
-static uint8_t *set_find(const uint8_t *h, bool insert)
-{
-	uint32_t s = slot_of(h), tomb = UINT32_MAX;
-
-	for (uint32_t i = 0; i < SET_SLOTS; i++, s = (s + 1) & (SET_SLOTS - 1)) {
-		if (set_used[s] == 0)
-			break;
-		if (set_used[s] == 2) {
-			if (tomb == UINT32_MAX)
-				tomb = s;
-			continue;
-		}
-		if (memcmp(set_key[s].b, h, 32) == 0)
-			return &set_used[s];
-	}
-	if (!insert)
-		return NULL;
-	if (tomb != UINT32_MAX)
-		s = tomb;
-	memcpy(set_key[s].b, h, 32);
-	return &set_used[s];
-}
-
 static uint64_t got_batches, got_events, got_stored, got_removed, got_clear;
 
 static unsigned long long dropped_now(void)
@@ -152,20 +117,6 @@ static unsigned long long dropped_now(void)
 
 	kvp_pub_stats(pub, &st);
 	return (unsigned long long)st.dropped;
-}
-
-static const msgpack_object *arr(const msgpack_object *o, uint32_t min)
-{
-	if (o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size < min)
-		fail("expected an array of >= %u items\n", min);
-	return o->via.array.ptr;
-}
-
-static const uint8_t *bin32(const msgpack_object *o)
-{
-	if (o->type != MSGPACK_OBJECT_BIN || o->via.bin.size != 32)
-		fail("a hash is not bin 32\n");
-	return (const uint8_t *)o->via.bin.ptr;
 }
 
 static void check_stored(const msgpack_object *e, uint32_t n)

@@ -61,6 +61,7 @@
 
 #define BT 16u
 #define SET_SLOTS (1u << 17)
+#include "events_set.h" /* after SET_SLOTS */
 
 static struct opts {
 	unsigned seconds, hostile, flood, rate, prefill;
@@ -132,49 +133,13 @@ static void commit_one(void)
 
 /* ------------------------------------------------------------ honest */
 
-static struct kvp_hash set_key[SET_SLOTS];
-static uint8_t set_used[SET_SLOTS]; /* 0 empty, 1 present, 2 tombstone */
-static uint64_t set_n;
-
-static uint8_t *set_find(const uint8_t *h, bool insert)
-{
-	uint32_t s, tomb = UINT32_MAX;
-
-	memcpy(&s, h, sizeof(s));
-	s &= SET_SLOTS - 1;
-	for (uint32_t i = 0; i < SET_SLOTS; i++, s = (s + 1) & (SET_SLOTS - 1)) {
-		if (set_used[s] == 0)
-			break;
-		if (set_used[s] == 2) {
-			tomb = tomb == UINT32_MAX ? s : tomb;
-			continue;
-		}
-		if (memcmp(set_key[s].b, h, 32) == 0)
-			return &set_used[s];
-	}
-	if (!insert)
-		return NULL;
-	s = tomb != UINT32_MAX ? tomb : s;
-	memcpy(set_key[s].b, h, 32);
-	return &set_used[s];
-}
-
-static const msgpack_object *arr(const msgpack_object *x, uint32_t min)
-{
-	if (x->type != MSGPACK_OBJECT_ARRAY || x->via.array.size < min)
-		fail("expected an array of >= %u items\n", min);
-	return x->via.array.ptr;
-}
-
 static void apply_hashes(const msgpack_object *hs, bool stored)
 {
 	for (uint32_t k = 0; k < hs->via.array.size; k++) {
 		const msgpack_object *x = &hs->via.array.ptr[k];
 		uint8_t *u;
 
-		if (x->type != MSGPACK_OBJECT_BIN || x->via.bin.size != 32)
-			fail("a hash is not bin 32\n");
-		u = set_find((const uint8_t *)x->via.bin.ptr, stored);
+		u = set_find(bin32(x), stored);
 		if (stored ? (*u == 1) : (!u || *u != 1))
 			fail("%s out of order\n", stored ? "STORED" : "REMOVED");
 		*u = stored ? 1 : 2;
