@@ -35,7 +35,10 @@
  * the table's counter, so the shared counter is written once per 32
  * claims on average), when a claim probed far, or when the table is full.
  * The rebuilder freezes the old table (CAS of `frozen` from 0 to 1: one
- * rebuilder per table), then waits for a grace period.  Every insert and
+ * rebuilder per table; the CAS runs in a read-side section of its own,
+ * and only while the table is still published, since another rebuild
+ * may have replaced it and queued its free), then waits for a grace
+ * period.  Every insert and
  * remove runs in a read-side section and checks `frozen` after loading
  * the table, before it touches a slot; by RCU's guarantee, a section
  * that did not see the flag has ended before the grace period ends, so
@@ -227,19 +230,38 @@ static bool count_claim(struct seqmap_table *t, uint64_t h)
 }
 
 /*
- * Rebuilds t unless another thread already is (then returns at once: the
- * caller retries and waits for the new table).  Not in a read-side
- * section.  0, or -ENOMEM (t is thawed and stays).
+ * Freezes t for its rebuild, if t is still the map's table and no other
+ * thread froze it.  The caller's read-side section that found t has
+ * ended, and another rebuild may have replaced t and queued its free
+ * since: so the flag is taken inside a section of our own, and only
+ * while t is still published (its free then waits for our section).
+ */
+static bool freeze(struct seqmap *map, struct seqmap_table *t)
+{
+	uint32_t unfrozen = 0;
+	bool won;
+
+	kvp_rcu_read_lock();
+	/* Relaxed: only compared; t's fields are read only if it is ours. */
+	won = atomic_load_explicit(&map->table, memory_order_relaxed) == t &&
+	      atomic_compare_exchange_strong_explicit(&t->frozen, &unfrozen, 1,
+						      memory_order_seq_cst,
+						      memory_order_relaxed);
+	kvp_rcu_read_unlock();
+	return won;
+}
+
+/*
+ * Rebuilds t unless another thread already is, or did (then returns at
+ * once: the caller retries and waits for the new table).  Not in a
+ * read-side section.  0, or -ENOMEM (t is thawed and stays).
  */
 static int rebuild(struct seqmap *map, struct seqmap_table *t)
 {
 	struct seqmap_table *nt;
-	uint32_t unfrozen = 0;
 	uint64_t live = 0, slots, now, age, floor;
 
-	if (!atomic_compare_exchange_strong_explicit(&t->frozen, &unfrozen, 1,
-						     memory_order_seq_cst,
-						     memory_order_relaxed))
+	if (!freeze(map, t))
 		return 0;
 	/* Every writer that missed the flag leaves its section. */
 	urcu_memb_synchronize_rcu();
