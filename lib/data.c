@@ -14,12 +14,6 @@
 enum { KV_K = 0, KV_V = 1 };
 
 /* Address of the row of token `tok` (within its block) of one layer. */
-/* A block others hold or may find (cached): not to be written. */
-static bool block_shared(uint32_t state)
-{
-	return (state & KVP_ST_REFS_MASK) > 1 || (state & KVP_ST_CACHED);
-}
-
 static unsigned char *row_at(const struct kvp_pool *pool, uint32_t block,
 			     uint32_t layer, int kv, uint32_t tok)
 {
@@ -81,10 +75,9 @@ static int move_rows(struct kvp_manager *m, uint64_t seq, uint32_t pos,
 	if (!in) {
 		memcpy(k, rk, pool->row_bytes);
 		memcpy(v, rv, pool->row_bytes);
-	} else if (block_shared(atomic_load_explicit(&pool->state[block],
-						     memory_order_relaxed))) {
-		/* Relaxed: while we hold the sequence's lock the count can
-		 * only fall (manager.c), so a block seen alone stays ours. */
+	} else if (pool_block_shared(pool, block)) {
+		/* While we hold the sequence's lock the count can only fall
+		 * (manager.c), so a block seen alone stays ours. */
 		err = -EBUSY;
 	} else {
 		memcpy(rk, k, pool->row_bytes);

@@ -1348,14 +1348,10 @@ static int append_locked(struct kvp_manager *m, struct kvp_seq *s,
 	nb = bt_div(m, total) + (bt_mod(m, total) != 0);
 	grow = nb - s->nblocks;
 	/* A shared, partially filled last block must be copied first.
-	 * Relaxed: see the argument at the top (the count can only fall). */
+	 * pool_block_shared says why a stale look is safe. */
 	if (n && off && s->tail_shared) {
-		uint32_t st = atomic_load_explicit(
-			&m->pool->state[s->blocks[s->nblocks - 1]],
-			memory_order_relaxed);
-
 		/* A cached block is shared with future hits too. */
-		if ((st & KVP_ST_REFS_MASK) > 1 || (st & KVP_ST_CACHED))
+		if (pool_block_shared(m->pool, s->blocks[s->nblocks - 1]))
 			cows = 1;
 		else
 			s->tail_shared = false; /* the other holders left */

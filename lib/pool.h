@@ -9,6 +9,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "compiler.h"
@@ -119,6 +120,21 @@ static inline void *pool_reclaimer_ctx(struct kvp_pool *pool)
 	return atomic_load_explicit(&pool->reclaimer, memory_order_acquire)
 		       ? pool->reclaimer_ctx
 		       : NULL;
+}
+
+/*
+ * Whether block id is shared: another holder has it, or it is cached (a
+ * later hit may take it).  A holder must not write a shared block.
+ * Relaxed: a caller that holds the block and serialises its own holders
+ * (a sequence's lock) sees the count only fall while it looks, so a block
+ * seen unshared stays so until the caller hands it out again.
+ */
+static inline bool pool_block_shared(const struct kvp_pool *pool, uint32_t id)
+{
+	uint32_t s = atomic_load_explicit(&pool->state[id],
+					  memory_order_relaxed);
+
+	return (s & KVP_ST_REFS_MASK) > 1 || (s & KVP_ST_CACHED);
 }
 
 /*
