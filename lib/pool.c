@@ -3,22 +3,23 @@
  *
  * Correctness argument (block states).
  *
- * state[id] holds the block's reference count (0 = free) and flags.  A free
- * block is in exactly one free list: the global stack (stack.h) or one
- * thread's cache (tcache.c); both hand an id to exactly one thread.  The
- * transitions, and why each is safe:
+ * state[id] holds the block's reference count (0 = free) and flags, and
+ * changes only by bstate.h's named transitions (the whole table is
+ * there).  A free block is in exactly one free list: the global stack
+ * (stack.h) or one thread's cache (tcache.c); both hand an id to exactly
+ * one thread.  The pool's own transitions, and why each is safe:
  *
- *   0 -> 1          kvp_pool_alloc, by the thread that removed the id from
+ *   0 -> 1          give_sole: kvp_pool_alloc, by the thread that removed the id from
  *                   a free list.  No one else can reach the block, so a
  *                   relaxed store suffices; the free list's own ordering
  *                   (the pop's acquire, or program order within the owner
  *                   thread) makes the previous holder's writes visible.
- *   r -> r + 1      kvp_block_ref, by a holder (r >= 1): CAS loop, relaxed
+ *   r -> r + 1      ref: kvp_block_ref, by a holder (r >= 1): CAS loop, relaxed
  *                   (taking a reference publishes nothing).
- *   r -> r - 1      kvp_pool_free with r >= 2: CAS loop with release, so
+ *   r -> r - 1      drop: kvp_pool_free with r >= 2: CAS loop with release, so
  *                   that the last holder (who loads with acquire) sees this
  *                   holder's writes before the block is reused.
- *   1 -> 0          kvp_pool_free by the last holder.  A thread that sees
+ *   1 -> 0          take_sole: kvp_pool_free by the last holder.  A thread that sees
  *                   exactly 1 holds that one reference itself, so nobody
  *                   else may change the word (taking a reference requires
  *                   holding one), and a plain store suffices: no RMW on the
@@ -334,8 +335,7 @@ static inline void mark_allocated(struct kvp_pool *pool, const uint32_t *ids,
 				  uint32_t n)
 {
 	for (uint32_t i = 0; i < n; i++)
-		atomic_store_explicit(&pool->state[ids[i]], 1,
-				      memory_order_relaxed);
+		bstate_give_sole(&pool->state[ids[i]]);
 }
 
 static int alloc_reclaim(struct kvp_pool *pool, struct tcache *tc,
@@ -440,8 +440,7 @@ static void park_ahead(struct kvp_pool *pool, struct tcache *tc,
 	/* Held once by us alone (the reclaimer's): free again, with a plain
 	 * store, as a sole holder's free (see the top). */
 	for (uint32_t i = 0; i < n; i++)
-		atomic_store_explicit(&pool->state[ids[i]], 0,
-				      memory_order_relaxed);
+		bstate_free_sole(&pool->state[ids[i]]);
 	while (unlikely(!tcache_enter(tc)))
 		tcache_wait_drain(tc);
 	c = tcache_count(tc);
@@ -593,7 +592,7 @@ out:
  * blocks; a single block (the commonest call) takes no loop at all.
  */
 static inline __attribute__((always_inline)) void
-give_sole_all(_Atomic uint32_t *state, const uint32_t *src, uint32_t n,
+give_sole_all(bstate_t *state, const uint32_t *src, uint32_t n,
 	      uint32_t *ids)
 {
 	const uint32_t *end = src + n;
@@ -602,7 +601,7 @@ give_sole_all(_Atomic uint32_t *state, const uint32_t *src, uint32_t n,
 		size_t id = *src;
 
 		*ids = (uint32_t)id;
-		atomic_store_explicit(&state[id], 1, memory_order_relaxed);
+		bstate_give_sole(&state[id]);
 		return;
 	}
 	for (; end - src >= 8; src += 8, ids += 8)
@@ -611,14 +610,13 @@ give_sole_all(_Atomic uint32_t *state, const uint32_t *src, uint32_t n,
 			size_t id = src[k];
 
 			ids[k] = (uint32_t)id;
-			atomic_store_explicit(&state[id], 1,
-					      memory_order_relaxed);
+			bstate_give_sole(&state[id]);
 		}
 	for (; src < end; src++, ids++) {
 		size_t id = *src;
 
 		*ids = (uint32_t)id;
-		atomic_store_explicit(&state[id], 1, memory_order_relaxed);
+		bstate_give_sole(&state[id]);
 	}
 }
 
@@ -631,7 +629,7 @@ give_sole_all(_Atomic uint32_t *state, const uint32_t *src, uint32_t n,
 KVP_API int kvp_pool_alloc(struct kvp_pool *pool, uint32_t n, uint32_t *ids)
 {
 	struct tcache *tc;
-	_Atomic uint32_t *state;
+	bstate_t *state;
 	const uint32_t *slots;
 	uint32_t c;
 
@@ -668,29 +666,11 @@ static int cmp_u32(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
-static inline bool state_held(uint32_t s)
-{
-	return (s & KVP_ST_REFS_MASK) != 0;
-}
-
-/*
- * Takes block id from exactly one reference to zero; false if its word is
- * anything else (then nothing changed), which goes to *seen.  The one
- * sole-holder step (1 -> 0, see the top) of every free path.
- */
+/* The one sole-holder step (1 -> 0, see the top) of every free path. */
 static inline __attribute__((always_inline)) bool
-take_sole(_Atomic uint32_t *state, size_t id, uint32_t *seen)
+take_sole(bstate_t *state, size_t id, uint32_t *seen)
 {
-	/* Acquire: pairs with other holders' release decrements. */
-	uint32_t s = atomic_load_explicit(&state[id], memory_order_acquire);
-
-	if (unlikely(s != 1)) {
-		*seen = s;
-		return false;
-	}
-	/* Sole holder: a plain store (see the top). */
-	atomic_store_explicit(&state[id], 0, memory_order_relaxed);
-	return true;
+	return likely(bstate_take_sole(&state[id], seen));
 }
 
 /*
@@ -703,10 +683,8 @@ static __attribute__((noinline)) void undo_sole(struct kvp_pool *pool,
 						uint32_t n)
 {
 	for (uint32_t i = 0; i < n; i++)
-		if (atomic_load_explicit(&pool->state[ids[i]],
-					 memory_order_relaxed) == 0)
-			atomic_store_explicit(&pool->state[ids[i]], 1,
-					      memory_order_relaxed);
+		if (pool_block_word(pool, ids[i]) == 0)
+			bstate_give_sole(&pool->state[ids[i]]);
 }
 
 /*
@@ -739,9 +717,7 @@ static inline void sink_put(struct kvp_pool *pool, struct free_sink *sk,
 /* Whether block id, repeated k times in a free, lacks the references. */
 static bool too_few_refs(struct kvp_pool *pool, uint32_t id, uint32_t k)
 {
-	return k > 1 && (atomic_load_explicit(&pool->state[id],
-					      memory_order_relaxed) &
-			 KVP_ST_REFS_MASK) < k;
+	return k > 1 && bstate_refs(pool_block_word(pool, id)) < k;
 }
 
 #define KVP_FREE_SORT_MAX 1024u /* shared ids sorted on the stack */
@@ -765,8 +741,7 @@ check_multiplicity(struct kvp_pool *pool, const uint32_t *ids, uint32_t n)
 	for (uint32_t i = 0; i < n; i++) {
 		uint64_t bit;
 
-		if (!state_held(atomic_load_explicit(&pool->state[ids[i]],
-						     memory_order_relaxed)))
+		if (!bstate_held(pool_block_word(pool, ids[i])))
 			continue; /* taken to zero by the first pass */
 		bit = 1ull << ((ids[i] * 0x9e3779b1u) >> 26);
 		collide |= (seen & bit) != 0;
@@ -826,20 +801,13 @@ static inline __attribute__((always_inline)) bool
 drop_held(struct kvp_pool *pool, uint32_t id, uint32_t s,
 	  struct free_sink *sk, struct idle_batch *idle)
 {
-	_Atomic uint32_t *st = &pool->state[id];
-	uint32_t nw;
+	uint32_t nw = bstate_drop(&pool->state[id], s);
 
-	do {
-		if (!state_held(s))
-			return false;
-		nw = s - 1;
-		/* Release: orders our use of the block before the last
-		 * holder's free; acquire: if we are the last holder. */
-	} while (!atomic_compare_exchange_weak_explicit(
-		st, &s, nw, memory_order_acq_rel, memory_order_acquire));
-	if ((nw & KVP_ST_REFS_MASK) != 0)
+	if (nw == UINT32_MAX)
+		return false;
+	if (bstate_held(nw))
 		return true;
-	if (!(nw & KVP_ST_CACHED)) {
+	if (!bstate_is_cached(nw)) {
 		sink_put(pool, sk, id);
 		return true;
 	}
@@ -866,9 +834,7 @@ drop_shared(struct kvp_pool *pool, const uint32_t *ids, uint32_t n,
 
 	idle.n = 0;
 	for (uint32_t i = 0; i < n; i++)
-		(void)drop_held(pool, ids[i],
-				atomic_load_explicit(&pool->state[ids[i]],
-						     memory_order_acquire),
+		(void)drop_held(pool, ids[i], pool_block_word(pool, ids[i]),
 				sk, &idle);
 	idle_flush(pool, &idle);
 }
@@ -887,7 +853,7 @@ drop_sole(struct kvp_pool *pool, const uint32_t *ids, uint32_t n,
 	/* Locals: ids may alias anything, so the compiler would reload the
 	 * fields (and the sink) on every iteration.  to_array is a constant
 	 * at each call site, so the sink's branch folds away. */
-	_Atomic uint32_t *state = pool->state;
+	bstate_t *state = pool->state;
 	uint32_t num_blocks = pool->num_blocks, i = 0, z = 0, *out = sk->out;
 	uint32_t nshared = 0, seen;
 	int err = 0;
@@ -917,7 +883,7 @@ drop_sole(struct kvp_pool *pool, const uint32_t *ids, uint32_t n,
 				out[z++] = id;
 			else
 				sink_put(pool, sk, id);
-		} else if (state_held(s)) {
+		} else if (bstate_held(s)) {
 			nshared++;
 		} else {
 			err = -EALREADY;
@@ -956,7 +922,7 @@ static inline __attribute__((always_inline)) int
 drop_distinct(struct kvp_pool *pool, const uint32_t *ids, uint32_t n,
 	      struct free_sink *sk)
 {
-	_Atomic uint32_t *state = pool->state;
+	bstate_t *state = pool->state;
 	uint32_t num_blocks = pool->num_blocks;
 	struct idle_batch idle; /* only n initialised, as above */
 	int err = 0;
@@ -1119,7 +1085,7 @@ free_cache_enter(struct kvp_pool *pool, uint32_t n, uint32_t *c)
  * blocks; a single block (the commonest call) takes no loop at all.
  */
 static inline __attribute__((always_inline)) uint32_t
-take_sole_all(_Atomic uint32_t *state, uint32_t num_blocks,
+take_sole_all(bstate_t *state, uint32_t num_blocks,
 	      const uint32_t *ids, uint32_t n, uint32_t *out)
 {
 	const uint32_t *p = ids, *end = ids + n, *end8 = ids + (n & ~7u);
@@ -1271,10 +1237,7 @@ static uint32_t park_head(struct kvp_pool *pool, struct tcache *tc,
 		/* Relaxed: we hold b, so CACHED stays as it is, short of a
 		 * forced clear (a parked uncached block is freed when its
 		 * reference is dropped). */
-		if (b >= pool->num_blocks ||
-		    !(atomic_load_explicit(&pool->state[b],
-					   memory_order_relaxed) &
-		      KVP_ST_CACHED))
+		if (b >= pool->num_blocks || !pool_block_cached(pool, b))
 			break;
 		i = tcache_park_slot(b);
 		/* Every slot still full is this free's own (see above). */
@@ -1372,8 +1335,7 @@ static uint64_t parked_idle(struct kvp_pool *pool)
 
 			if (!v || v - 1 >= pool->num_blocks)
 				continue;
-			s = atomic_load_explicit(&pool->state[v - 1],
-						 memory_order_relaxed);
+			s = pool_block_word(pool, v - 1);
 			if (s == (KVP_ST_CACHED | 1)) {
 				n++; /* our parked reference alone */
 				continue;
@@ -1385,44 +1347,28 @@ static uint64_t parked_idle(struct kvp_pool *pool)
 					first &= holders > 0 || o == tc;
 					holders++;
 				}
-			n += first && (s & KVP_ST_CACHED) &&
-			     (s & KVP_ST_REFS_MASK) == holders;
+			n += first && bstate_is_cached(s) &&
+			     bstate_refs(s) == holders;
 		}
 	return n;
 }
 
 KVP_API int kvp_block_ref(struct kvp_pool *pool, uint32_t id)
 {
-	_Atomic uint32_t *st;
-	uint32_t s;
-
 	if (!pool)
 		return -EINVAL;
 	if (id >= pool->num_blocks)
 		return -ERANGE;
-	st = &pool->state[id];
-	s = atomic_load_explicit(st, memory_order_relaxed);
-	do {
-		if (!state_held(s))
-			return -EALREADY;
-		if ((s & KVP_ST_REFS_MASK) == KVP_MAX_REFS)
-			return -EOVERFLOW;
-		/* Relaxed: taking a reference publishes nothing. */
-	} while (!atomic_compare_exchange_weak_explicit(
-		st, &s, s + 1, memory_order_relaxed, memory_order_relaxed));
-	return 0;
+	return bstate_ref(&pool->state[id]);
 }
 
 KVP_API int kvp_block_refcount(struct kvp_pool *pool, uint32_t id)
 {
-	uint32_t s;
-
 	if (!pool)
 		return -EINVAL;
 	if (id >= pool->num_blocks)
 		return -ERANGE;
-	s = atomic_load_explicit(&pool->state[id], memory_order_relaxed);
-	return (int)(s & KVP_ST_REFS_MASK);
+	return (int)bstate_refs(pool_block_word(pool, id));
 }
 
 KVP_API void *kvp_block_data(struct kvp_pool *pool, uint32_t id)
@@ -1577,8 +1523,7 @@ KVP_API int kvp_pool_check(struct kvp_pool *pool)
 	}
 
 	for (id = 0; id < pool->num_blocks; id++) {
-		uint32_t s = atomic_load_explicit(&pool->state[id],
-						  memory_order_relaxed);
+		uint32_t s = pool_block_word(pool, id);
 		bool listed = seen[id / 8] & (1u << (id % 8));
 
 		if (s == 0 && !listed)
@@ -1587,7 +1532,7 @@ KVP_API int kvp_pool_check(struct kvp_pool *pool)
 		if (s != 0 && listed)
 			check_fail("block %u has %u references (state %#x) "
 				   "but is on a free list\n",
-				   id, s & KVP_ST_REFS_MASK, s);
+				   id, bstate_refs(s), s);
 	}
 	if (reclaimer_of(pool)) {
 		err = reclaimer_of(pool)->check(pool->reclaimer_ctx);

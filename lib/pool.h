@@ -8,25 +8,16 @@
 #define KVP_POOL_H
 
 #include <pthread.h>
+#include <errno.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "bstate.h"
 #include "compiler.h"
 #include "kvpool.h"
 #include "stack.h"
 #include "tcache.h"
-
-/*
- * Per-block state word: bits 0..23 the reference count (0 = free, unless
- * CACHED); then flags:
- *   CACHED    the block caches a hash (the reclaimer's, prefix.c); with 0
- *             references it is idle (evictable), on no free list;
- *   EVICTING  the reclaimer has claimed an idle block (prefix.c).
- */
-#define KVP_ST_REFS_MASK ((uint32_t)KVP_MAX_REFS)
-#define KVP_ST_CACHED (1u << 24)
-#define KVP_ST_EVICTING (1u << 25)
 
 /*
  * The reclaimer: the layer above that keeps blocks CACHED after their
@@ -76,10 +67,10 @@ struct kvp_pool {
 	size_t arena_bytes;
 	unsigned char *data; /* NULL for an ID-only pool */
 	/*
-	 * state[id]: refcount and flags.  Synchronization: atomic; see
-	 * pool.c for the transitions and their orders.
+	 * state[id]: refcount and flags.  Synchronization: atomic; changed
+	 * only by bstate.h's transitions (their orders are there).
 	 */
-	_Atomic uint32_t *state;
+	bstate_t *state;
 	/* next[id]: the free stack's links.  See stack.h. */
 	_Atomic uint32_t *next;
 
@@ -123,18 +114,77 @@ static inline void *pool_reclaimer_ctx(struct kvp_pool *pool)
 }
 
 /*
+ * The state words, for the layers above: a read of one, and bstate.h's
+ * transitions on one (each function there says its order and what it
+ * refuses).  id must be a valid block id.
+ */
+
+/* The word now.  Relaxed: the caller orders what it does with the value
+ * (its own hold, a lock, or a transition's CAS that follows). */
+static inline uint32_t pool_block_word(const struct kvp_pool *pool,
+				       uint32_t id)
+{
+	return atomic_load_explicit(&pool->state[id], memory_order_relaxed);
+}
+
+static inline bool pool_block_cached(const struct kvp_pool *pool, uint32_t id)
+{
+	return bstate_is_cached(pool_block_word(pool, id));
+}
+
+/*
  * Whether block id is shared: another holder has it, or it is cached (a
- * later hit may take it).  A holder must not write a shared block.
- * Relaxed: a caller that holds the block and serialises its own holders
- * (a sequence's lock) sees the count only fall while it looks, so a block
+ * later hit may take it).  A holder must not write a shared block.  A
+ * caller that holds the block and serialises its own holders (a
+ * sequence's lock) sees the count only fall while it looks, so a block
  * seen unshared stays so until the caller hands it out again.
  */
 static inline bool pool_block_shared(const struct kvp_pool *pool, uint32_t id)
 {
-	uint32_t s = atomic_load_explicit(&pool->state[id],
-					  memory_order_relaxed);
+	return bstate_is_shared(pool_block_word(pool, id));
+}
 
-	return (s & KVP_ST_REFS_MASK) > 1 || (s & KVP_ST_CACHED);
+/* Asks for block id's word for writing (a transition soon). */
+static inline void pool_block_prefetch_w(const struct kvp_pool *pool,
+					 uint32_t id)
+{
+	kvp_prefetch_w(&pool->state[id]);
+}
+
+static inline bool pool_block_revive(struct kvp_pool *pool, uint32_t id,
+				     uint32_t *was)
+{
+	return bstate_revive(&pool->state[id], was);
+}
+
+static inline uint32_t pool_block_drop(struct kvp_pool *pool, uint32_t id)
+{
+	return bstate_drop(&pool->state[id], pool_block_word(pool, id));
+}
+
+static inline void pool_block_cache(struct kvp_pool *pool, uint32_t id)
+{
+	bstate_cache(&pool->state[id]);
+}
+
+static inline bool pool_block_claim(struct kvp_pool *pool, uint32_t id)
+{
+	return bstate_claim(&pool->state[id]);
+}
+
+static inline void pool_block_unclaim(struct kvp_pool *pool, uint32_t id)
+{
+	bstate_unclaim(&pool->state[id]);
+}
+
+static inline void pool_block_evicted(struct kvp_pool *pool, uint32_t id)
+{
+	bstate_evicted(&pool->state[id]);
+}
+
+static inline uint32_t pool_block_uncache(struct kvp_pool *pool, uint32_t id)
+{
+	return bstate_uncache(&pool->state[id]);
 }
 
 /*

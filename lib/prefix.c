@@ -25,7 +25,7 @@
  *
  * What a reader finds may be stale (the block evicted since, or an old
  * table): a slot is a hint, and the block's state word decides.  A cached
- * block carries KVP_ST_CACHED (pool.h).  Registration (prefix_store,
+ * block carries CACHED (bstate.h).  Registration (prefix_store,
  * store lock, the caller holds the block): write hash[b] and owner[b],
  * set CACHED with a release CAS, then publish the slot (release).
  *
@@ -234,11 +234,6 @@ struct prefix_table {
 	struct rcu_head rcu;
 	_Atomic uint64_t slot[];
 };
-
-static inline uint32_t refs_of(uint32_t s)
-{
-	return s & KVP_ST_REFS_MASK;
-}
 
 static inline struct prefix_pool *pool_prefix(struct kvp_pool *pool)
 {
@@ -679,9 +674,7 @@ static void prefix_release(void *ctx, const uint32_t *ids, uint32_t n)
 			 * hold.  (A linked block is CACHED: whoever clears
 			 * CACHED unlinks it, so the state word, a line hits
 			 * write, is read only here.) */
-			if (atomic_load_explicit(&pool->state[b],
-						 memory_order_relaxed) &
-			    KVP_ST_CACHED)
+			if (pool_block_cached(pool, b))
 				list_append(pool, pp, b,
 					    retained ? idle_level(pp, b)
 						     : KVP_RETAIN_DEFAULT);
@@ -708,25 +701,19 @@ void prefix_unhit(struct kvp_pool *pool, const uint32_t *blocks, uint32_t n)
 
 	for (uint32_t i = 0; i < n; i++) {
 		uint32_t b = blocks[i];
-		_Atomic uint32_t *st = &pool->state[b];
-		uint32_t s;
 
 		pp_lock(pp);
-		/* Relaxed: CACHED only changes under the lock we hold. */
-		s = atomic_load_explicit(st, memory_order_relaxed);
-		if (!(s & KVP_ST_CACHED)) {
+		/* CACHED only changes under the lock we hold. */
+		if (!pool_block_cached(pool, b)) {
 			/* prefix_clear uncached it while we held it: an
 			 * ordinary block now. */
 			pp_unlock(pp);
 			(void)kvp_pool_free(pool, &b, 1);
 			continue;
 		}
-		/* Release: as any holder's drop (pool.c). */
-		while (!atomic_compare_exchange_weak_explicit(
-			st, &s, s - 1, memory_order_release,
-			memory_order_relaxed))
-			;
-		if (refs_of(s - 1) == 0) {
+		/* As any holder's drop (pool.c); we hold b, so the drop
+		 * succeeds. */
+		if (!bstate_held(pool_block_drop(pool, b))) {
 			uint32_t l = atomic_load_explicit(&pp->retained,
 							  memory_order_relaxed)
 					     ? idle_level(pp, b)
@@ -831,22 +818,12 @@ static uint32_t prefix_evict(void *ctx, uint32_t min, uint32_t max,
 	     levels && got < min; levels &= levels - 1) {
 		for (b = pp->head[__builtin_ctz(levels)];
 		     b != KVP_NIL && got < max; b = nx) {
-			_Atomic uint32_t *st = &pool->state[b];
-			/* Acquire: the releaser's writes to the block happen
-			 * before our caller's reuse (pairs with the release
-			 * decrements). */
-			uint32_t s =
-				atomic_load_explicit(st, memory_order_acquire);
-
 			nx = link_next(pool, b);
-			while (refs_of(s) == 0 &&
-			       !atomic_compare_exchange_weak_explicit(
-				       st, &s, s | KVP_ST_EVICTING,
-				       memory_order_acquire,
-				       memory_order_acquire))
-				;
-			if (refs_of(s) == 0)
-				ids[got++] = b; /* claimed */
+			/* Fails if a hit revived b: it is relinked when its
+			 * holders release it.  (The claim acquires the
+			 * releasers' writes before our caller's reuse.) */
+			if (pool_block_claim(pool, b))
+				ids[got++] = b;
 			list_unlink(pool, pp, b);
 		}
 	}
@@ -858,8 +835,7 @@ static uint32_t prefix_evict(void *ctx, uint32_t min, uint32_t max,
 		while (got) {
 			b = ids[--got];
 			list_push_head(pool, pp, b);
-			atomic_store_explicit(&pool->state[b], KVP_ST_CACHED,
-					      memory_order_relaxed);
+			pool_block_unclaim(pool, b);
 		}
 		pp_unlock(pp);
 		kvp_rcu_read_unlock();
@@ -868,8 +844,7 @@ static uint32_t prefix_evict(void *ctx, uint32_t min, uint32_t max,
 	/* The claimed blocks are ours: uncached, held once.  Their slots
 	 * and owner[] go below. */
 	for (uint32_t i = 0; i < got; i++)
-		atomic_store_explicit(&pool->state[ids[i]], 1,
-				      memory_order_relaxed);
+		pool_block_evicted(pool, ids[i]);
 	atomic_fetch_sub_explicit(&pp->evictable, got, memory_order_relaxed);
 	atomic_fetch_add_explicit(&pp->evictions, got, memory_order_relaxed);
 	pp_unlock(pp);
@@ -951,9 +926,7 @@ uint64_t prefix_cached_blocks(struct kvp_pool *pool)
 	uint64_t n = 0;
 
 	for (uint32_t b = 0; b < pool->num_blocks; b++)
-		n += (atomic_load_explicit(&pool->state[b],
-					   memory_order_relaxed) &
-		      KVP_ST_CACHED) != 0;
+		n += pool_block_cached(pool, b);
 	return n;
 }
 
@@ -984,9 +957,7 @@ static int prefix_check_pool(void *ctx)
 					   "%u\n",
 					   l, b, pp->prev[b], pp->level[b],
 					   prev);
-			if (!(atomic_load_explicit(&pool->state[b],
-						   memory_order_relaxed) &
-			      KVP_ST_CACHED))
+			if (!pool_block_cached(pool, b))
 				check_fail("uncached block %u on the "
 					   "evictable list\n",
 					   b);
@@ -1005,11 +976,10 @@ static int prefix_check_pool(void *ctx)
 							   : "empty");
 	}
 	for (uint32_t b = 0; b < pool->num_blocks; b++) {
-		uint32_t s = atomic_load_explicit(&pool->state[b],
-						  memory_order_relaxed);
-		bool cached = s & KVP_ST_CACHED;
+		uint32_t s = pool_block_word(pool, b);
+		bool cached = bstate_is_cached(s);
 
-		if (s & KVP_ST_EVICTING)
+		if (bstate_is_claimed(s))
 			check_fail("block %u is being evicted at quiescence\n",
 				   b);
 		if (cached != (atomic_load_explicit(&pp->blk[b].owner,
@@ -1023,7 +993,7 @@ static int prefix_check_pool(void *ctx)
 		if (!cached && atomic_load_explicit(&pp->blk[b].retain,
 						    memory_order_relaxed))
 			check_fail("uncached block %u keeps a retention\n", b);
-		if (cached && refs_of(s) == 0) {
+		if (cached && bstate_refs(s) == 0) {
 			uint64_t w = atomic_load_explicit(&pp->blk[b].retain,
 							  memory_order_relaxed);
 
@@ -1374,7 +1344,6 @@ static bool take_one(struct prefix_cache *pc, struct prefix_pool *pp,
 		     uint32_t *revived)
 {
 	struct kvp_pool *pool = pc->pool;
-	_Atomic uint32_t *st = &pool->state[b];
 	uint32_t s;
 
 	if (tc && tcache_parks(tc, b) && tcache_unpark(tc, b)) {
@@ -1382,8 +1351,7 @@ static bool take_one(struct prefix_cache *pc, struct prefix_pool *pp,
 		 * state word (pool.c).  We held b all along, so it is the
 		 * block we cached, unless a forced clear uncached it since
 		 * (relaxed reads: our hold orders them). */
-		s = atomic_load_explicit(st, memory_order_relaxed);
-		if ((s & KVP_ST_CACHED) &&
+		if (pool_block_cached(pool, b) &&
 		    atomic_load_explicit(&pp->blk[b].owner,
 					 memory_order_relaxed) == pc &&
 		    hash_is(pp, b, w))
@@ -1395,19 +1363,13 @@ static bool take_one(struct prefix_cache *pc, struct prefix_pool *pp,
 	if (prefix_take_hook)
 		prefix_take_hook(pc, b);
 #endif
-	s = atomic_load_explicit(st, memory_order_relaxed);
-
-	do {
-		if (!(s & KVP_ST_CACHED) || (s & KVP_ST_EVICTING) ||
-		    refs_of(s) == KVP_MAX_REFS)
-			return false;
-		/* Acquire: the block's data, owner and hash as published by
-		 * its registration and its holders' releases.  Release: our
-		 * earlier reads of hash[b] happen before an eviction's claim
-		 * (which must follow our release of the block). */
-	} while (!atomic_compare_exchange_weak_explicit(
-		st, &s, s + 1, memory_order_acq_rel, memory_order_relaxed));
-	*revived += refs_of(s) == 0;
+	/* Acquires the block's data, owner and hash as published by its
+	 * registration and its holders' releases; releases our earlier
+	 * reads of hash[b] before an eviction's claim (which must follow
+	 * our release of the block). */
+	if (!pool_block_revive(pool, b, &s))
+		return false;
+	*revived += !bstate_held(s);
 	if (atomic_load_explicit(&pp->blk[b].owner, memory_order_relaxed) != pc ||
 	    !hash_is(pp, b, w)) {
 		/* ABA: evicted and cached again under another hash. */
@@ -1456,7 +1418,7 @@ uint32_t prefix_take(struct prefix_cache *pc, const struct kvp_hash *hashes,
 			if (cand[j] == KVP_NIL)
 				break;
 			__builtin_prefetch(&pp->blk[cand[j]], 0);
-			kvp_prefetch_w(&pool->state[cand[j]]);
+			pool_block_prefetch_w(pool, cand[j]);
 		}
 		k = j; /* a miss ends the prefix */
 		for (j = 0; j < k; j++) {
@@ -1510,7 +1472,7 @@ uint64_t prefix_store_prepare(struct prefix_cache *pc, uint32_t b,
 	key = key_of(w);
 	__builtin_prefetch(&t->slot[home_of(key, t->mask)], 1);
 	__builtin_prefetch(&pp->blk[b], 1);
-	__builtin_prefetch(&pc->pool->state[b], 1);
+	pool_block_prefetch_w(pc->pool, b);
 	return key;
 }
 
@@ -1657,9 +1619,7 @@ int prefix_tick(struct prefix_cache *pc, uint64_t steps, uint64_t *now_out)
 			if (atomic_load_explicit(&blk->owner,
 						 memory_order_relaxed) != pc ||
 			    !retain_expiry(w) ||
-			    refs_of(atomic_load_explicit(
-				    &pc->pool->state[b],
-				    memory_order_relaxed)))
+			    bstate_held(pool_block_word(pc->pool, b)))
 				continue;
 			if (retain_level(w, now) != KVP_RETAIN_DEFAULT) {
 				if (retain_expiry(w) < next)
@@ -1759,11 +1719,9 @@ int prefix_store(struct prefix_cache *pc, uint32_t b, const struct kvp_hash *h,
 	atomic_store_explicit(&pp->blk[b].owner, pc, memory_order_relaxed);
 	/* Relaxed: ordered before CACHED by the release below. */
 	atomic_store_explicit(&pp->blk[b].retain, retain, memory_order_relaxed);
-	/* Release: hash[b], owner[b] and the block's data before CACHED
-	 * (pairs with take_one's acquire CAS).  Only holders change the
-	 * count meanwhile (we hold the block). */
-	atomic_fetch_or_explicit(&pool->state[b], KVP_ST_CACHED,
-				 memory_order_release);
+	/* Releases hash[b], owner[b] and the block's data before CACHED
+	 * (pairs with take_one's revive). */
+	pool_block_cache(pool, b);
 	/* Release: hash[b] before the entry (probe_tag's acquire). */
 	atomic_store_explicit(&t->slot[i], slot_make(key, b),
 			      memory_order_release);
@@ -1789,11 +1747,10 @@ int prefix_clear(struct prefix_cache *pc, bool force)
 
 		if (!slot_live(v))
 			continue;
-		s = atomic_load_explicit(&pool->state[slot_block(v)],
-					 memory_order_relaxed);
+		s = pool_block_word(pool, slot_block(v));
 		/* Held; or not CACHED: an evictor's, which has yet to report
 		 * it removed (a CLEARED now would come before that REMOVED). */
-		if (refs_of(s)) {
+		if (bstate_refs(s)) {
 			pp_unlock(pp);
 			store_unlock(pc);
 			return -EBUSY;
@@ -1802,31 +1759,25 @@ int prefix_clear(struct prefix_cache *pc, bool force)
 	for (uint64_t i = 0; i <= t->mask; i++) {
 		uint64_t v = atomic_load_explicit(&t->slot[i],
 						  memory_order_relaxed);
-		uint32_t b, s, nw;
-		_Atomic uint32_t *st;
+		uint32_t b, s;
 
 		if (!slot_live(v))
 			continue;
 		b = slot_block(v);
-		st = &pool->state[b];
-		s = atomic_load_explicit(st, memory_order_relaxed);
-		/* Relaxed: CACHED only changes under the list lock. */
-		if (!(s & KVP_ST_CACHED))
-			continue; /* an evictor took it: it deletes the slot */
-		/* A racing hit may take a reference until our CAS: then the
-		 * block stays with its holder, uncached (the hit's check
+		/* A racing hit may take a reference until our uncache: then
+		 * the block stays with its holder, uncached (the hit's check
 		 * sees owner cleared and drops it).  An evictable block
-		 * becomes an ordinary free one.  Acquire: its releasers'
-		 * writes happen before its next allocation (our push below
-		 * releases). */
-		do {
-			nw = s & ~KVP_ST_CACHED;
-		} while (!atomic_compare_exchange_weak_explicit(
-			st, &s, nw, memory_order_acquire,
-			memory_order_relaxed));
+		 * becomes an ordinary free one (the uncache acquires its
+		 * releasers' writes; our push below releases them).  CACHED
+		 * only changes under the list lock we hold, and an evictor's
+		 * claim never outlives it, so a refusal is an evictor that
+		 * took b: it deletes the slot. */
+		s = pool_block_uncache(pool, b);
+		if (s == UINT32_MAX)
+			continue;
 		list_unlink(pool, pp, b);
 		slot_forget(pc, t, pp, i, b);
-		if (refs_of(s) == 0) {
+		if (bstate_refs(s) == 0) {
 			atomic_fetch_sub_explicit(&pp->evictable, 1,
 						  memory_order_relaxed);
 			atomic_fetch_add_explicit(&pp->cleared, 1,
@@ -1932,9 +1883,7 @@ int prefix_check_cache(struct prefix_cache *pc, uint64_t *nodes)
 		}
 		if (atomic_load_explicit(&pp->blk[b].owner,
 					 memory_order_relaxed) != pc ||
-		    !(atomic_load_explicit(&pool->state[b],
-					   memory_order_relaxed) &
-		      KVP_ST_CACHED))
+		    !pool_block_cached(pool, b))
 			mgr_check_fail("prefix block %u is not cached by its "
 				       "manager\n",
 				       b);
