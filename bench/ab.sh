@@ -22,10 +22,12 @@
 #             is absent the sim part is skipped, with one line saying so.
 #   -o DIR    where sources, builds and logs go (default /tmp/kvpool-ab).
 #
-# Prints, per measure, the median over rounds of A and of B and B/A (every
-# measure is a throughput: higher is better), then the verdict line "no
-# regression beyond 5%: PASS" (every B/A >= 0.95) or FAIL with the measures
-# below.  Exit status: 0 PASS, 1 FAIL, 2 a usage or build error.
+# Prints, per measure, the median over rounds of A and of B, each side's
+# spread ((max - min) / median over its rounds: the noise to read the ratio
+# against) and B/A (every measure is a throughput: higher is better), then
+# the verdict line "no regression beyond 5%: PASS" (every B/A >= 0.95) or
+# FAIL with the measures below.  Exit status: 0 PASS, 1 FAIL, 2 a usage or
+# build error.
 set -eu
 
 die() {
@@ -151,7 +153,8 @@ for ((r = 1; r <= rounds; r++)); do
 done
 
 awk -v n="$rounds" '
-function median(key,    k, m, i, j, t, v) {
+# median(key) also sets lo and hi, the smallest and largest value.
+function median(key,    m, i, j, t, v) {
 	m = cnt[key]
 	for (i = 1; i <= m; i++)
 		v[i] = val[key, i]
@@ -159,7 +162,13 @@ function median(key,    k, m, i, j, t, v) {
 		for (j = i; j > 1 && v[j - 1] > v[j]; j--) {
 			t = v[j]; v[j] = v[j - 1]; v[j - 1] = t
 		}
+	lo = v[1]
+	hi = v[m]
 	return m % 2 ? v[(m + 1) / 2] : (v[m / 2] + v[m / 2 + 1]) / 2
+}
+# The spread of one side over its rounds, (hi - lo) / median, in percent.
+function spread(med) {
+	return med > 0 ? 100 * (hi - lo) / med : 0
 }
 {
 	key = $1 SUBSEP $2
@@ -170,15 +179,18 @@ function median(key,    k, m, i, j, t, v) {
 	}
 }
 END {
-	printf "%-34s %14s %14s %7s\n", "measure (median of " n ")", "A", "B", "B/A"
+	printf "%-30s %12s %6s %12s %6s %7s\n", "measure (median of " n ")",
+		"A", "spread", "B", "spread", "B/A"
 	fail = ""
 	for (i = 1; i <= nm; i++) {
 		m = order[i]
 		a = median("A" SUBSEP m)
+		sa = spread(a)
 		b = median("B" SUBSEP m)
+		sb = spread(b)
 		ratio = a > 0 ? b / a : 0
-		printf "%-34s %14.0f %14.0f %6.3f%s\n", m, a, b, ratio,
-			ratio < 0.95 ? "  <" : ""
+		printf "%-30s %12.0f %5.0f%% %12.0f %5.0f%% %7.3f%s\n", m, a,
+			sa, b, sb, ratio, ratio < 0.95 ? "  <" : ""
 		if (ratio < 0.95)
 			fail = fail " " m
 	}
