@@ -761,46 +761,36 @@ MM_API int mm_commit(struct mm_mgr *m, uint64_t id,
 	return rc != 0 ? rc : (int)added;
 }
 
-MM_API int mm_append(struct mm_mgr *m, uint64_t id, uint32_t num_tokens,
-		     struct kvp_copy *cow, uint32_t cow_cap, uint32_t *ncow)
+/*
+ * One append of num_tokens slots to s, as mm_append; *ncow (not NULL) is
+ * set to the copies reported (0 or 1, also on -ENOSPC for a copy that did
+ * not fit).  Lock held.
+ */
+static inline int mm_append_locked(struct mm_mgr *m, struct mm_seq *s,
+				   uint32_t num_tokens, struct kvp_copy *cow,
+				   uint32_t cow_cap, uint32_t *ncow)
 {
 	struct mm_pool *p = m->pool;
-	struct mm_seq *s;
-	uint64_t total;
+	uint64_t total = (uint64_t)s->num_tokens + num_tokens;
 	uint32_t want, grow, part;
 	bool copy;
-	int rc = 0;
+	int rc;
 
-	if (ncow)
-		*ncow = 0;
-	if (!cow && cow_cap > 0)
+	*ncow = 0;
+	if (total > UINT32_MAX)
 		return -EINVAL;
-	pthread_mutex_lock(&p->lock);
-	s = mm_lookup(m, id);
-	if (!s) {
-		rc = -ENOENT;
-		goto out;
-	}
-	total = (uint64_t)s->num_tokens + num_tokens;
-	if (total > UINT32_MAX) {
-		rc = -EINVAL;
-		goto out;
-	}
 	want = ceil_div(total, p->block_tokens);
 	grow = want - s->nblocks;
 	part = s->num_tokens % p->block_tokens;
 	copy = num_tokens > 0 && part != 0 &&
 	       p->refcnt[s->blocks[s->nblocks - 1]] > 1;
-	if (copy && ncow)
+	if (copy)
 		*ncow = 1;
-	if ((copy && cow_cap == 0) ||
-	    mm_available(p) < grow + (copy ? 1u : 0u)) {
-		rc = -ENOSPC;
-		goto out;
-	}
+	if ((copy && cow_cap == 0) || mm_available(p) < grow + (copy ? 1u : 0u))
+		return -ENOSPC;
 	rc = mm_reserve(s, want);
 	if (rc != 0)
-		goto out;
+		return rc;
 	if (copy) {
 		uint32_t old = s->blocks[s->nblocks - 1];
 		uint32_t fresh = mm_take_block(p);
@@ -823,9 +813,65 @@ MM_API int mm_append(struct mm_mgr *m, uint64_t id, uint32_t num_tokens,
 	s->access_count++;
 	m->st.appends++;
 	m->st.tokens += num_tokens;
-out:
+	return 0;
+}
+
+MM_API int mm_append(struct mm_mgr *m, uint64_t id, uint32_t num_tokens,
+		     struct kvp_copy *cow, uint32_t cow_cap, uint32_t *ncow)
+{
+	struct mm_pool *p = m->pool;
+	struct mm_seq *s;
+	uint32_t n = 0;
+	int rc;
+
+	if (ncow)
+		*ncow = 0;
+	if (!cow && cow_cap > 0)
+		return -EINVAL;
+	pthread_mutex_lock(&p->lock);
+	s = mm_lookup(m, id);
+	rc = s ? mm_append_locked(m, s, num_tokens, cow, cow_cap, &n) : -ENOENT;
 	pthread_mutex_unlock(&p->lock);
+	if (ncow)
+		*ncow = n;
 	return rc;
+}
+
+/*
+ * The whole batch under one acquisition of the lock: the mutex design's
+ * best case for a decode step.  Stops at the first append that fails, as
+ * kvp_seq_append_batch does.
+ */
+MM_API int mm_append_batch(struct mm_mgr *m, const uint64_t *seqs,
+			   const uint32_t *num_tokens, uint32_t nseq,
+			   struct kvp_copy *cow, uint32_t cow_cap,
+			   uint32_t *ncow)
+{
+	struct mm_pool *p = m->pool;
+	uint32_t i, used = 0;
+	int rc = 0;
+
+	if (ncow)
+		*ncow = 0;
+	if ((!seqs && nseq > 0) || (!cow && cow_cap > 0) || nseq > INT32_MAX)
+		return -EINVAL;
+	pthread_mutex_lock(&p->lock);
+	for (i = 0; i < nseq; i++) {
+		struct mm_seq *s = mm_lookup(m, seqs[i]);
+		uint32_t n = 0;
+
+		rc = s ? mm_append_locked(m, s, num_tokens ? num_tokens[i] : 1,
+					  cow ? cow + used : NULL,
+					  cow_cap - used, &n)
+		       : -ENOENT;
+		if (rc != 0)
+			break;
+		used += n;
+	}
+	pthread_mutex_unlock(&p->lock);
+	if (ncow)
+		*ncow = used;
+	return i == 0 && rc != 0 ? rc : (int)i;
 }
 
 MM_API int mm_fork(struct mm_mgr *m, uint64_t src, uint64_t dst)

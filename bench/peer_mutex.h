@@ -141,8 +141,10 @@ void mm_mgr_destroy(struct mm_mgr *m);
 
 /* The operations: same contract and error codes as their kvp_*
  * counterparts (kvp_seq_create, kvp_seq_create_cached, kvp_seq_commit,
- * kvp_seq_append, kvp_seq_fork, kvp_seq_free, kvp_evict, kvp_admit,
- * kvp_seq_set_priority, kvp_manager_stats). */
+ * kvp_seq_append, kvp_seq_append_batch, kvp_seq_fork, kvp_seq_free,
+ * kvp_evict, kvp_admit, kvp_seq_set_priority, kvp_manager_stats).
+ * mm_append_batch takes the lock once for the whole batch: the mutex
+ * design's best case for a decode step. */
 int mm_create(struct mm_mgr *m, uint64_t id, uint32_t num_tokens);
 int mm_create_cached(struct mm_mgr *m, uint64_t id,
 		     const struct kvp_hash *hashes, uint32_t nhashes,
@@ -151,6 +153,9 @@ int mm_commit(struct mm_mgr *m, uint64_t id, const struct kvp_hash *hashes,
 	      uint32_t nhashes);
 int mm_append(struct mm_mgr *m, uint64_t id, uint32_t num_tokens,
 	      struct kvp_copy *cow, uint32_t cow_cap, uint32_t *ncow);
+int mm_append_batch(struct mm_mgr *m, const uint64_t *seqs,
+		    const uint32_t *num_tokens, uint32_t nseq,
+		    struct kvp_copy *cow, uint32_t cow_cap, uint32_t *ncow);
 int mm_fork(struct mm_mgr *m, uint64_t src, uint64_t dst);
 int mm_free(struct mm_mgr *m, uint64_t id);
 int mm_evict(struct mm_mgr *m, uint64_t *victim);
