@@ -2,6 +2,7 @@
  * stress_seq.c - validates sequences and managers under threads.
  *
  * usage: stress_seq THREADS SECONDS [--blocks N] [--ids K] [--seed S]
+ *                   [--fork-tree [--writes 1]]
  *
  * Two managers (two "models") share one data-owning pool that is small
  * enough to run out.  Every thread picks random operations on a small id
@@ -13,12 +14,21 @@
  * 0, -ENOENT or -EEXIST); any other aborts the run.  On -ENOSPC a thread
  * evicts by policy.  Tables read back must be well formed.
  *
+ * --fork-tree: the threads grow shared fork trees instead.  Most forks
+ * take a node another thread (or this one) forked last, so trees grow
+ * many levels deep with many live siblings; appends (copy-on-write of a
+ * shared last block), frees, truncates (to 0, to block boundaries, a
+ * token either side, inside a block), stream trims, preemption
+ * (kvp_evict, kvp_evict_until) and, with --writes 1, writes to shared
+ * rows (-EBUSY) race on their nodes.
+ *
  * At the end every sequence is freed; the program requires both managers'
  * kvp_manager_check() (every block's refcount equals the table entries
  * holding it, across both managers), kvp_pool_check(), and free == total.
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -38,14 +48,28 @@
 static struct kvp_pool *pool;
 static struct kvp_manager *mgr[2];
 static uint32_t num_blocks = 1024, id_space = 48;
+/* --writes 1: fork-tree threads also write rows (off by default: the
+ * library's write races a fork's copy-on-write read of the same block
+ * under TSan; see tree_write). */
+static int tree_writes;
 static _Atomic int stop;
 static _Atomic uint64_t counts[16];
 
 enum { OP_CREATE, OP_APPEND, OP_FORK, OP_FREE, OP_TRUNC, OP_TRIM, OP_EVICT,
-       OP_READ, OP_EXPORT, OP_COW, OP_ENOSPC, OP_NCOUNTS };
+       OP_READ, OP_EXPORT, OP_COW, OP_ENOSPC, OP_WRITE, OP_BUSY, OP_NCOUNTS };
 static const char *const op_names[] = {"create", "append", "fork", "free",
 				       "truncate", "trim", "evict", "read",
-				       "export", "cow", "enospc"};
+				       "export", "cow", "enospc", "write",
+				       "busy"};
+
+/* --fork-tree: the nodes each manager forked last (any thread's: a
+ * fork of one of them makes a sibling or a level more), and each id's
+ * depth in its tree (statistics only: relaxed, racy). */
+#define MAX_IDS 4096
+#define NLAST 4
+static _Atomic uint64_t last_fork[2][NLAST];
+static _Atomic uint32_t depth[2][MAX_IDS];
+static _Atomic uint32_t max_depth;
 
 /* Fails unless err is 0 or one of the allowed errors. */
 static void expect(const char *what, int err, int a, int b, int c)
@@ -124,11 +148,195 @@ static void do_export(struct kvp_manager *m, uint64_t *seed)
 	count(OP_EXPORT);
 }
 
+/* An append with room for one copy, which must be well formed. */
+static void do_append(struct kvp_manager *m, uint64_t id, uint32_t n)
+{
+	struct kvp_copy cow[1];
+	uint32_t ncow;
+	int err = kvp_seq_append(m, id, n, cow, 1, &ncow);
+
+	expect("append", err, -ENOENT, -ENOSPC, 0);
+	if (err == -ENOSPC)
+		on_enospc(m);
+	if (!err && ncow) {
+		if (cow[0].src == cow[0].dst || cow[0].tokens == 0 ||
+		    cow[0].tokens >= BT)
+			fail("bad copy {%u, %u, %u}\n", cow[0].src, cow[0].dst,
+			     cow[0].tokens);
+		count(OP_COW);
+	}
+	count(OP_APPEND);
+}
+
+/* A tree node: usually one some thread forked lately, else id. */
+static uint64_t tree_node(int k, uint64_t id, uint64_t *seed)
+{
+	uint64_t r = rnd(seed);
+
+	if (r % 4 == 0)
+		return id;
+	return atomic_load_explicit(&last_fork[k][(r >> 8) % NLAST],
+				    memory_order_relaxed);
+}
+
+/* A fork of a tree node into a random id (taken: -EEXIST). */
+static void tree_fork(int k, struct kvp_manager *m, uint64_t id, uint64_t *seed)
+{
+	uint64_t src = tree_node(k, id, seed);
+	uint64_t dst = rnd(seed) % id_space;
+	int err = kvp_seq_fork(m, src, dst);
+
+	expect("fork", err, -ENOENT, -EEXIST, 0);
+	count(OP_FORK);
+	if (err)
+		return;
+	{
+		/* Relaxed: statistics and a hint for the next fork. */
+		uint32_t d = atomic_load_explicit(&depth[k][src],
+						  memory_order_relaxed) +
+			     1;
+
+		atomic_store_explicit(&depth[k][dst], d, memory_order_relaxed);
+		if (d > atomic_load_explicit(&max_depth, memory_order_relaxed))
+			atomic_store_explicit(&max_depth, d,
+					      memory_order_relaxed);
+		atomic_store_explicit(&last_fork[k][rnd(seed) % NLAST], dst,
+				      memory_order_relaxed);
+	}
+}
+
+/* A cut to 0, a block boundary, a token either side, or inside a
+ * block; the length read may be stale (-ERANGE). */
+static void tree_truncate(struct kvp_manager *m, uint64_t id, uint64_t *seed)
+{
+	struct kvp_seq_info info;
+	uint32_t k, t, r = (uint32_t)rnd(seed);
+	int err;
+
+	if (kvp_seq_info(m, id, &info))
+		return;
+	k = info.num_blocks ? r % (info.num_blocks + 1) : 0;
+	switch ((r >> 16) % 5) {
+	case 0:
+		t = 0;
+		break;
+	case 1:
+		t = k * BT;
+		break;
+	case 2:
+		t = k * BT + 1;
+		break;
+	case 3:
+		t = k ? k * BT - 1 : 0;
+		break;
+	default:
+		t = k * BT + 1 + (r >> 24) % (BT - 1);
+	}
+	if (t > info.num_tokens)
+		t = info.num_tokens;
+	err = kvp_seq_truncate(m, id, t);
+	expect("truncate", err, -ENOENT, -ERANGE, 0);
+	count(OP_TRUNC);
+}
+
+/*
+ * A row written into a node: -EBUSY while a fork shares its block.
+ * TSan reports a race here: kvp_seq_write sees the block unshared with a
+ * relaxed load of its state word (pool_block_shared), so nothing orders
+ * its write after the copy-on-write read (copy_block_data) of the fork
+ * that dropped its reference (bstate_drop, acq_rel) just before.
+ */
+static void tree_write(struct kvp_manager *m, uint64_t id, uint64_t *seed)
+{
+	float k[2] = {1.0f, 2.0f}, v[2] = {3.0f, 4.0f};
+	int err = kvp_seq_write(m, id, (uint32_t)(rnd(seed) % 64), 0, k, v);
+
+	expect("write", err, -ENOENT, -ERANGE, -EBUSY);
+	count(err == -EBUSY ? OP_BUSY : OP_WRITE);
+}
+
+static void *tree_worker(void *arg)
+{
+	uint64_t seed = (uint64_t)(uintptr_t)arg;
+
+	while (!atomic_load_explicit(&stop, memory_order_relaxed)) {
+		int k = (int)(rnd(&seed) & 1);
+		struct kvp_manager *m = mgr[k];
+		uint64_t id = rnd(&seed) % id_space, victims[4];
+		uint64_t node = tree_node(k, id, &seed);
+		uint32_t r = (uint32_t)(rnd(&seed) % 100), n;
+		int err;
+
+		if (r < 6) {
+			err = kvp_seq_create(m, id,
+					     (uint32_t)(rnd(&seed) % (4 * BT)));
+			expect("create", err, -EEXIST, -ENOSPC, 0);
+			if (err == -ENOSPC)
+				on_enospc(m);
+			if (!err)
+				atomic_store_explicit(&depth[k][id], 0,
+						      memory_order_relaxed);
+			count(OP_CREATE);
+		} else if (r < 36) {
+			tree_fork(k, m, id, &seed);
+		} else if (r < 56) {
+			do_append(m, node,
+				  1 + (uint32_t)(rnd(&seed) % (2 * BT)));
+		} else if (r < 66) {
+			expect("free", kvp_seq_free(m, node), -ENOENT, 0, 0);
+			count(OP_FREE);
+		} else if (r < 76) {
+			tree_truncate(m, node, &seed);
+		} else if (r < 81) {
+			err = kvp_seq_stream_trim(
+				m, node, (uint32_t)(rnd(&seed) % 2) * BT,
+				BT + (uint32_t)(rnd(&seed) % (2 * BT)), NULL);
+			expect("trim", err, -ENOENT, 0, 0);
+			count(OP_TRIM);
+		} else if (r < 84) {
+			uint64_t victim;
+
+			expect("evict", kvp_evict(m, &victim), -ENOENT, 0, 0);
+			count(OP_EVICT);
+		} else if (r < 86) {
+			/* Down to 90% of the pool in use, preempting as
+			 * needed (0: nothing to do, n: victims). */
+			err = kvp_evict_until(m, 0.9f, victims, 4, &n);
+			if (err != 0 && err != KVP_EVICT_PARTIAL)
+				fail("evict_until returned %d (%s)\n", err,
+				     kvp_strerror(err));
+			for (uint32_t i = 0; i < n; i++)
+				if (victims[i] >= id_space)
+					fail("evict_until: victim %llu\n",
+					     (unsigned long long)victims[i]);
+			count(OP_EVICT);
+		} else if (r < 92) {
+			if (tree_writes)
+				tree_write(m, node, &seed);
+			else
+				do_read(m, node);
+		} else if (r < 97) {
+			do_read(m, id);
+			count(OP_READ);
+		} else {
+			do_export(m, &seed);
+		}
+		{
+			struct kvp_seq_info info;
+
+			if (kvp_seq_info(m, node, &info) == 0 &&
+			    info.num_tokens > MAX_TOKENS)
+				expect("truncate",
+				       kvp_seq_truncate(m, node, 17), -ENOENT,
+				       0, 0);
+		}
+	}
+	return NULL;
+}
+
 static void *worker(void *arg)
 {
 	uint64_t seed = (uint64_t)(uintptr_t)arg;
-	struct kvp_copy cow[1];
-	uint32_t ncow;
 
 	while (!atomic_load_explicit(&stop, memory_order_relaxed)) {
 		struct kvp_manager *m = mgr[rnd(&seed) & 1];
@@ -145,21 +353,7 @@ static void *worker(void *arg)
 				on_enospc(m);
 			count(OP_CREATE);
 		} else if (r < 45) {
-			err = kvp_seq_append(m, id,
-					     1 + (uint32_t)(rnd(&seed) % 40),
-					     cow, 1, &ncow);
-			expect("append", err, -ENOENT, -ENOSPC, 0);
-			if (err == -ENOSPC)
-				on_enospc(m);
-			if (!err && ncow) {
-				if (cow[0].src == cow[0].dst ||
-				    cow[0].tokens == 0 || cow[0].tokens >= BT)
-					fail("bad copy {%u, %u, %u}\n",
-					     cow[0].src, cow[0].dst,
-					     cow[0].tokens);
-				count(OP_COW);
-			}
-			count(OP_APPEND);
+			do_append(m, id, 1 + (uint32_t)(rnd(&seed) % 40));
 		} else if (r < 55) {
 			err = kvp_seq_fork(m, id, rnd(&seed) % id_space);
 			expect("fork", err, -ENOENT, -EEXIST, 0);
@@ -214,24 +408,35 @@ int main(int argc, char **argv)
 	pthread_t *tids;
 	int nthreads, err;
 	double seconds;
+	bool fork_tree = false;
 
 	if (argc < 3) {
 		fprintf(stderr, "usage: %s THREADS SECONDS [--blocks N] "
-				"[--ids K] [--seed S]\n",
+				"[--ids K] [--seed S] "
+				"[--fork-tree [--writes 1]]\n",
 			argv[0]);
 		return 2;
 	}
 	nthreads = atoi(argv[1]);
 	seconds = atof(argv[2]);
-	for (int i = 3; i + 1 < argc; i += 2) {
-		if (!strcmp(argv[i], "--blocks"))
-			num_blocks = (uint32_t)strtoul(argv[i + 1], NULL, 0);
+	for (int i = 3; i < argc; i++) {
+		if (!strcmp(argv[i], "--fork-tree"))
+			fork_tree = true;
+		else if (i + 1 == argc)
+			break;
+		else if (!strcmp(argv[i], "--blocks"))
+			num_blocks = (uint32_t)strtoul(argv[++i], NULL, 0);
 		else if (!strcmp(argv[i], "--ids"))
-			id_space = (uint32_t)strtoul(argv[i + 1], NULL, 0);
+			id_space = (uint32_t)strtoul(argv[++i], NULL, 0);
 		else if (!strcmp(argv[i], "--seed"))
-			seed = strtoull(argv[i + 1], NULL, 0);
+			seed = strtoull(argv[++i], NULL, 0);
+		else if (!strcmp(argv[i], "--writes"))
+			tree_writes = atoi(argv[++i]);
+		else
+			i++;
 	}
-	if (nthreads < 1 || seconds <= 0 || id_space == 0) {
+	if (nthreads < 1 || seconds <= 0 || id_space == 0 ||
+	    id_space > MAX_IDS) {
 		fprintf(stderr, "stress_seq: bad arguments\n");
 		return 2;
 	}
@@ -240,13 +445,13 @@ int main(int argc, char **argv)
 		fail("kvp_pool_create: %s\n", kvp_strerror(err));
 	two_managers(pool, mgr); /* they hold the pool now */
 	printf("stress_seq: %d threads, %.1f s, %u blocks, %u ids per "
-	       "manager, seed %llu\n",
+	       "manager, seed %llu%s\n",
 	       nthreads, seconds, num_blocks, id_space,
-	       (unsigned long long)seed);
+	       (unsigned long long)seed, fork_tree ? ", fork trees" : "");
 
 	tids = calloc((size_t)nthreads, sizeof(*tids));
 	for (int i = 0; i < nthreads; i++)
-		pthread_create(&tids[i], NULL, worker,
+		pthread_create(&tids[i], NULL, fork_tree ? tree_worker : worker,
 			       (void *)(uintptr_t)(seed + 7919u * (unsigned)i));
 	{
 		struct timespec ts = {(time_t)seconds,
@@ -270,6 +475,8 @@ int main(int argc, char **argv)
 	for (int k = 0; k < 2; k++)
 		if ((err = kvp_manager_check(mgr[k])))
 			fail("kvp_manager_check: %s\n", kvp_strerror(err));
+	if ((err = kvp_pool_check(pool)))
+		fail("kvp_pool_check: %s\n", kvp_strerror(err));
 	kvp_pool_stats(pool, &st);
 	if (st.free != st.total)
 		fail("free %llu != total %llu at the end\n",
@@ -278,6 +485,8 @@ int main(int argc, char **argv)
 	for (int i = 0; i < OP_NCOUNTS; i++)
 		printf(" %s %llu", op_names[i],
 		       (unsigned long long)atomic_load(&counts[i]));
+	if (fork_tree)
+		printf(" depth %u", atomic_load(&max_depth));
 	printf(": ok\n");
 	kvp_manager_destroy(mgr[0]);
 	kvp_manager_destroy(mgr[1]);

@@ -14,6 +14,14 @@
  * table, the managers' statistics and the order of the access clocks.  A
  * mismatch prints the program so far and aborts.
  *
+ * Fork-heavy inputs (the third byte's high bits 110x) swap the op mix
+ * for fork_ops: ids that name live sequences and fresh fork targets,
+ * fork trees many levels deep with live siblings whose nodes are then
+ * truncated (to 0, to block boundaries, inside shared blocks) and
+ * appended again, trimmed, preempted, freed under their forks or written
+ * (-EBUSY on a shared block), forks of prefix-cache hits committed by the
+ * fork, and kvp_manager_check at the end.
+ *
  * Built with -DKVP_FAULT_INJECTION (as `make fuzz` and `make check` do),
  * one opcode makes the k-th host allocation of the next call fail: that
  * call must then either succeed as the model says (the library tolerates
@@ -50,6 +58,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static const uint64_t seq_ids[NIDS] = {1, 2, 3, 4, 5, 0, UINT64_MAX,
 				       1ull << 63};
+/* Fork-heavy inputs (see LLVMFuzzerTestOneInput): room for a fork tree
+ * of many live siblings and levels. */
+#define NFORK_IDS 16
+static const uint64_t fork_ids[NFORK_IDS] = {
+	1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 0, UINT64_MAX};
 
 /* ------------------------------------------------------------ input */
 
@@ -111,6 +124,13 @@ struct world {
 	/* A call left a state the model cannot know (kvp_seq_commit's
 	 * partial -ENOMEM): stop comparing, just clean up. */
 	bool lost_track;
+	/* A fork-heavy input: its own op mix (fork_ops), ids that pick
+	 * live sequences and fresh fork targets, token counts at block
+	 * boundaries, and kvp_manager_check at the end. */
+	bool forky;
+	bool force_prefix;   /* the slots' managers cache prefixes */
+	const uint64_t *ids; /* seq_ids or fork_ids */
+	int nids;
 	/* The pool and managers come from caches (see below): their
 	 * counters start where the last input left them. */
 	int pool_slot;
@@ -249,7 +269,7 @@ static int cmp_access(const void *a, const void *b)
 static void check_state(struct world *w)
 {
 	struct kvp_pool_stats ls, ms;
-	uint64_t clocks[NMGR * NIDS][2];
+	uint64_t clocks[NMGR * NFORK_IDS][2];
 	int nclocks = 0;
 	char what[96];
 
@@ -289,7 +309,7 @@ static void check_state(struct world *w)
 
 		if (!w->m[i])
 			continue;
-		for (int j = 0; j < NIDS; j++) {
+		for (int j = 0; j < w->nids; j++) {
 			struct kvp_seq_info li, mi;
 			uint32_t lb[MAX_BLOCKS + 1], mb[MAX_BLOCKS + 1], ln = 0,
 							       mn = 0;
@@ -300,10 +320,10 @@ static void check_state(struct world *w)
 			 * done for every call) only on a mismatch. */
 #define SEQ_WHAT(call)                                                         \
 	(snprintf(what, sizeof(what), call "(m%d, %llu)", i,                   \
-		  (unsigned long long)seq_ids[j]),                             \
+		  (unsigned long long)w->ids[j]),                              \
 	 what)
-			lrc = kvp_seq_info(w->m[i], seq_ids[j], &li);
-			mrc = model_seq_info(w->mm[i], seq_ids[j], false, &mi);
+			lrc = kvp_seq_info(w->m[i], w->ids[j], &li);
+			mrc = model_seq_info(w->mm[i], w->ids[j], false, &mi);
 			EXPECT_RC(SEQ_WHAT("kvp_seq_info"), lrc, mrc);
 			if (lrc)
 				continue;
@@ -317,9 +337,9 @@ static void check_state(struct world *w)
 				  mi.priority);
 			clocks[nclocks][0] = mi.last_access;
 			clocks[nclocks++][1] = li.last_access;
-			lrc = kvp_seq_blocks(w->m[i], seq_ids[j], lb,
+			lrc = kvp_seq_blocks(w->m[i], w->ids[j], lb,
 					     MAX_BLOCKS + 1, &ln);
-			mrc = model_seq_blocks(w->mm[i], seq_ids[j], false,
+			mrc = model_seq_blocks(w->mm[i], w->ids[j], false,
 					       MAX_BLOCKS + 1, false, mb, &mn);
 			EXPECT_RC(SEQ_WHAT("kvp_seq_blocks"), lrc, mrc);
 			EXPECT_EQ(SEQ_WHAT("kvp_seq_blocks"), ln, mn);
@@ -381,9 +401,78 @@ static int mgr_index(struct rd *r)
 	return u8(r) % NMGR;
 }
 
-static uint64_t seq_id(struct rd *r)
+/*
+ * A sequence id of manager i.  A fork-heavy input mostly names a live
+ * one, often among the newest (the leaves of a fork tree: forking them
+ * makes the tree deep), and sometimes any id of its table.
+ */
+static uint64_t seq_id(struct world *w, int i, struct rd *r)
 {
-	return seq_ids[u8(r) % NIDS];
+	uint8_t b = u8(r);
+	const struct model_mgr *mm = w->mm[i];
+
+	if (!w->forky)
+		return seq_ids[b % NIDS];
+	if (mm && mm->nseqs && b < 96) {
+		uint32_t newest = mm->nseqs < 3 ? mm->nseqs : 3;
+
+		return mm->seqs[mm->nseqs - 1 - b % newest].id;
+	}
+	if (mm && mm->nseqs && b < 208)
+		return mm->seqs[b % mm->nseqs].id;
+	return w->ids[b % (uint32_t)w->nids];
+}
+
+/* A fork's target: in a fork-heavy input mostly an id manager i does
+ * not use (the fork succeeds and the tree grows). */
+static uint64_t fork_dst(struct world *w, int i, struct rd *r)
+{
+	uint8_t b;
+
+	if (!w->forky || !w->mm[i])
+		return seq_id(w, i, r);
+	b = u8(r);
+	if (b >= 224)
+		return w->ids[b % (uint32_t)w->nids]; /* may be -EEXIST */
+	for (int k = 0; k < w->nids; k++) {
+		uint64_t id = w->ids[(b + k) % w->nids];
+
+		if (!model_seq_find(w->mm[i], id))
+			return id;
+	}
+	return w->ids[b % (uint32_t)w->nids];
+}
+
+/*
+ * A token count for truncating sequence ms of a fork-heavy input: 0, a
+ * block boundary, one token either side of one, inside a block (shared
+ * or not), or the length unchanged.
+ */
+static uint32_t fork_cut(struct world *w, struct rd *r,
+			 const struct model_seq *ms)
+{
+	uint8_t b = u8(r), v = u8(r);
+	uint32_t nb = ms->nblocks, k = nb ? v % (nb + 1) : 0, t;
+
+	switch (b % 6) {
+	case 0:
+		return 0;
+	case 1:
+		t = k * w->bt;
+		break;
+	case 2:
+		t = k * w->bt + 1;
+		break;
+	case 3:
+		t = k ? k * w->bt - 1 : 0;
+		break;
+	case 4:
+		t = k * w->bt + (w->bt > 1 ? 1 + b / 6 % (w->bt - 1) : 0);
+		break;
+	default:
+		return ms->tokens;
+	}
+	return t <= ms->tokens ? t : ms->tokens;
 }
 
 /* A token count: mostly small, sometimes at or past the limits. */
@@ -515,7 +604,7 @@ static struct kvp_manager_config mgr_config(struct world *w, struct rd *r,
 	c.policy = (enum kvp_policy)(b % 4);
 	c.eviction_threshold = thresholds[t % 4];
 	c.watermark = watermarks[t % 4];
-	if (b & 4)
+	if ((b & 4) || (w->force_prefix && !wild))
 		c.flags = KVP_PREFIX_CACHE;
 	/* Pin caps of prefix-caching managers: the default (a quarter of
 	 * the pool) or 1. */
@@ -760,7 +849,7 @@ static void mgr_close(struct world *w, int i)
 static void op_create(struct world *w, struct rd *r)
 {
 	int i = mgr_index(r);
-	uint64_t id = seq_id(r);
+	uint64_t id = seq_id(w, i, r);
 	uint32_t t = tokens(w, r), tab[MAX_BLOCKS + 1], n = 0;
 	int rc = kvp_seq_create(w->m[i], id, t), mrc;
 
@@ -777,7 +866,7 @@ static void op_create(struct world *w, struct rd *r)
 static void op_append(struct world *w, struct rd *r)
 {
 	int i = mgr_index(r);
-	uint64_t id = seq_id(r);
+	uint64_t id = seq_id(w, i, r);
 	uint8_t v = u8(r);
 	uint32_t t = (v & 0x80) ? tokens(w, r) : v % (2 * w->bt + 1);
 	uint32_t cap = (v >> 4) % 3, lncow = 0xDEAD, mncow = 0xDEAD;
@@ -813,23 +902,30 @@ static void op_append(struct world *w, struct rd *r)
 	}
 }
 
-static void op_fork(struct world *w, struct rd *r)
+static int do_fork(struct world *w, int i, uint64_t s, uint64_t d)
 {
-	int i = mgr_index(r);
-	uint64_t s = seq_id(r), d = seq_id(r);
 	int rc = kvp_seq_fork(w->m[i], s, d);
 
 	note("kvp_seq_fork(m%d, %llu, %llu) = %d", i, (unsigned long long)s,
 	     (unsigned long long)d, rc);
 	if (failed_by_fault(w, rc, true, "kvp_seq_fork"))
-		return;
+		return rc;
 	EXPECT_RC("kvp_seq_fork", rc, model_seq_fork(w->mm[i], s, d));
+	return rc;
+}
+
+static void op_fork(struct world *w, struct rd *r)
+{
+	int i = mgr_index(r);
+	uint64_t s = seq_id(w, i, r), d = fork_dst(w, i, r);
+
+	do_fork(w, i, s, d);
 }
 
 static void op_free(struct world *w, struct rd *r)
 {
 	int i = mgr_index(r);
-	uint64_t id = seq_id(r);
+	uint64_t id = seq_id(w, i, r);
 	int rc = kvp_seq_free(w->m[i], id);
 
 	note("kvp_seq_free(m%d, %llu) = %d", i, (unsigned long long)id, rc);
@@ -838,10 +934,22 @@ static void op_free(struct world *w, struct rd *r)
 	EXPECT_RC("kvp_seq_free", rc, model_seq_free(w->mm[i], id));
 }
 
+static int do_truncate(struct world *w, int i, uint64_t id, uint32_t t)
+{
+	int rc = kvp_seq_truncate(w->m[i], id, t);
+
+	note("kvp_seq_truncate(m%d, %llu, %u) = %d", i, (unsigned long long)id,
+	     t, rc);
+	if (failed_by_fault(w, rc, false, "kvp_seq_truncate"))
+		return rc;
+	EXPECT_RC("kvp_seq_truncate", rc, model_seq_truncate(w->mm[i], id, t));
+	return rc;
+}
+
 static void op_truncate(struct world *w, struct rd *r)
 {
 	int i = mgr_index(r);
-	uint64_t id = seq_id(r);
+	uint64_t id = seq_id(w, i, r);
 	uint8_t v = u8(r);
 	const struct model_seq *ms =
 		w->mm[i] ? model_seq_find(w->mm[i], id) : NULL;
@@ -849,26 +957,40 @@ static void op_truncate(struct world *w, struct rd *r)
 	int rc;
 
 	if (ms && v < 200)
-		t = ms->tokens - v % (ms->tokens + 1);
+		t = w->forky ? fork_cut(w, r, ms)
+			     : ms->tokens - v % (ms->tokens + 1);
 	else
 		t = tokens(w, r);
-	rc = kvp_seq_truncate(w->m[i], id, t);
-	note("kvp_seq_truncate(m%d, %llu, %u) = %d", i,
-	     (unsigned long long)id, t, rc);
-	if (failed_by_fault(w, rc, false, "kvp_seq_truncate"))
-		return;
-	EXPECT_RC("kvp_seq_truncate", rc, model_seq_truncate(w->mm[i], id, t));
+	rc = do_truncate(w, i, id, t);
+	(void)rc;
 }
 
 static void op_trim(struct world *w, struct rd *r)
 {
 	int i = mgr_index(r);
-	uint64_t id = seq_id(r);
-	uint32_t sink = tokens(w, r), win = tokens(w, r);
-	bool null_ev = u8(r) & 1;
+	uint64_t id = seq_id(w, i, r);
+	const struct model_seq *ms =
+		w->mm[i] ? model_seq_find(w->mm[i], id) : NULL;
+	uint32_t sink, win;
+	bool null_ev;
 	uint32_t lev = 0xDEAD, mev = 0xDEAD;
-	int rc = kvp_seq_stream_trim(w->m[i], id, sink, win,
-				     null_ev ? NULL : &lev);
+	int rc;
+
+	if (w->forky && ms) {
+		/* Sinks of a block or two (one token past a boundary too),
+		 * and a window a whole or half number of blocks: the
+		 * trimmed middle is often shared with forks. */
+		uint8_t a = u8(r), b = u8(r);
+
+		sink = (a % 3) * w->bt + ((a & 4) ? 1 : 0);
+		win = (b % (ms->nblocks + 1)) * w->bt +
+		      ((b & 0x80) ? w->bt / 2 : 0);
+	} else {
+		sink = tokens(w, r);
+		win = tokens(w, r);
+	}
+	null_ev = u8(r) & 1;
+	rc = kvp_seq_stream_trim(w->m[i], id, sink, win, null_ev ? NULL : &lev);
 
 	note("kvp_seq_stream_trim(m%d, %llu, sink %u, window %u, %s) = %d"
 	     " (evicted %u)",
@@ -885,7 +1007,7 @@ static void op_trim(struct world *w, struct rd *r)
 static void op_priority(struct world *w, struct rd *r)
 {
 	int i = mgr_index(r);
-	uint64_t id = seq_id(r);
+	uint64_t id = seq_id(w, i, r);
 	int32_t p = priority(r);
 	int rc = kvp_seq_set_priority(w->m[i], id, p);
 
@@ -900,7 +1022,7 @@ static void op_priority(struct world *w, struct rd *r)
 static void op_query(struct world *w, struct rd *r)
 {
 	int i = mgr_index(r);
-	uint64_t id = seq_id(r);
+	uint64_t id = seq_id(w, i, r);
 	uint8_t v = u8(r);
 	uint32_t lb[MAX_BLOCKS + 1], mb[MAX_BLOCKS + 1], ln = 0xDEAD,
 						      mn = 0xDEAD;
@@ -984,12 +1106,12 @@ static void op_evict(struct world *w, struct rd *r)
 	}
 }
 
-static uint32_t seq_list(struct rd *r, uint64_t *seqs)
+static uint32_t seq_list(struct world *w, int i, struct rd *r, uint64_t *seqs)
 {
 	uint32_t n = u8(r) % 5;
 
 	for (uint32_t k = 0; k < n; k++)
-		seqs[k] = seq_id(r);
+		seqs[k] = seq_id(w, i, r);
 	return n;
 }
 
@@ -999,7 +1121,7 @@ static void op_export(struct world *w, struct rd *r)
 	int i = mgr_index(r);
 	uint8_t v = u8(r);
 	uint64_t seqs[ROWS];
-	uint32_t nseq = seq_list(r, seqs);
+	uint32_t nseq = seq_list(w, i, r, seqs);
 	bool null_seqs = (v & 0x80) != 0;
 	int rc, mrc;
 
@@ -1065,7 +1187,7 @@ static void op_export(struct world *w, struct rd *r)
 	}
 	default: {
 		static int64_t ls[MAX_BLOCKS * 16 + 8], ms[MAX_BLOCKS * 16 + 8];
-		uint64_t id = seq_id(r);
+		uint64_t id = seq_id(w, i, r);
 		uint32_t first = tokens(w, r);
 		uint32_t n = u16(r) % (w->nb * w->bt + 4);
 		bool null_slots = v & 4;
@@ -1176,7 +1298,7 @@ static void fill(struct rd *r, uint8_t *buf, size_t n)
 static void op_data(struct world *w, struct rd *r)
 {
 	int i = mgr_index(r);
-	uint64_t id = seq_id(r);
+	uint64_t id = seq_id(w, i, r);
 	uint8_t v = u8(r);
 	const struct model_seq *ms =
 		w->mm[i] ? model_seq_find(w->mm[i], id) : NULL;
@@ -1190,7 +1312,8 @@ static void op_data(struct world *w, struct rd *r)
 		mv[MODEL_MAX_ROW];
 	int rc, mrc;
 
-	switch (v % 3) {
+	/* A fork-heavy input mostly writes: -EBUSY on a shared block. */
+	switch (w->forky && (v & 0x04) ? 0 : v % 3) {
 	case 0:
 		fill(r, k, w->row);
 		fill(r, vv, w->row);
@@ -1473,7 +1596,7 @@ static uint32_t chain(struct rd *r, struct kvp_hash *h, unsigned *c)
 static void op_create_cached(struct world *w, struct rd *r)
 {
 	int i = mgr_index(r);
-	uint64_t id = seq_id(r);
+	uint64_t id = seq_id(w, i, r);
 	struct kvp_hash h[MAX_HASHES];
 	unsigned c;
 	uint32_t nh = chain(r, h, &c), t = tokens(w, r), lc = 0xDEAD,
@@ -1505,7 +1628,7 @@ static void op_create_cached(struct world *w, struct rd *r)
 static void op_commit(struct world *w, struct rd *r)
 {
 	int i = mgr_index(r);
-	uint64_t id = seq_id(r);
+	uint64_t id = seq_id(w, i, r);
 	struct kvp_hash h[MAX_HASHES];
 	unsigned c;
 	uint32_t nh = chain(r, h, &c);
@@ -1551,7 +1674,7 @@ static uint32_t ranges(struct world *w, struct rd *r, struct kvp_retention *rg)
 static void op_commit_retained(struct world *w, struct rd *r)
 {
 	int i = mgr_index(r);
-	uint64_t id = seq_id(r);
+	uint64_t id = seq_id(w, i, r);
 	struct kvp_hash h[MAX_HASHES];
 	struct kvp_retention rg[3] = {{0}};
 	unsigned c;
@@ -1732,6 +1855,217 @@ static void check_events(struct world *w)
 	mp->nevents = 0;
 }
 
+/* ------------------------------------------------------------ forks */
+
+/* Ends a fault armed for a composite op's first call: the later calls
+ * run without it (failed_by_fault looks at the armed state). */
+static void step_done(struct world *w)
+{
+#ifdef KVP_FAULT_INJECTION
+	if (w->fault_armed) {
+		fault_disarm();
+		w->fault_armed = false;
+	}
+#endif
+	if (!w->lost_track)
+		check_state(w);
+}
+
+/* An append of n tokens with room for the copy, which is compared. */
+static void do_append(struct world *w, int i, uint64_t id, uint32_t n)
+{
+	struct kvp_copy lcow = {0}, mcow = {0};
+	uint32_t lncow = 0xDEAD, mncow = 0xDEAD, tab[MAX_BLOCKS + 1], nt = 0;
+	int rc = kvp_seq_append(w->m[i], id, n, &lcow, 1, &lncow), mrc;
+
+	note("kvp_seq_append(m%d, %llu, %u, cow buf, cap 1, ncow ptr) = %d"
+	     " (ncow %u)",
+	     i, (unsigned long long)id, n, rc, lncow);
+	if (failed_by_fault(w, rc, true, "kvp_seq_append"))
+		return;
+	if (rc == 0 && kvp_seq_blocks(w->m[i], id, tab, MAX_BLOCKS + 1, &nt))
+		mismatch("kvp_seq_blocks after an append failed");
+	mrc = model_seq_append(w->mm[i], id, n, false, 1, rc == 0 ? tab : NULL,
+			       &mcow, &mncow);
+	EXPECT_RC("kvp_seq_append", rc, mrc);
+	if (mncow != 0xDEAD)
+		EXPECT_EQ("kvp_seq_append: *ncow", lncow, mncow);
+	if (rc == 0 && mncow == 1) {
+		EXPECT_EQ("kvp_seq_append: cow.src", lcow.src, mcow.src);
+		EXPECT_EQ("kvp_seq_append: cow.dst", lcow.dst, mcow.dst);
+		EXPECT_EQ("kvp_seq_append: cow.tokens", lcow.tokens,
+			  mcow.tokens);
+	}
+}
+
+static void do_free(struct world *w, int i, uint64_t id)
+{
+	int rc = kvp_seq_free(w->m[i], id);
+
+	note("kvp_seq_free(m%d, %llu) = %d", i, (unsigned long long)id, rc);
+	EXPECT_RC("kvp_seq_free", rc, model_seq_free(w->mm[i], id));
+}
+
+/* Preemption of whatever the policy picks (often a fork tree's node). */
+static void do_evict(struct world *w, int i)
+{
+	uint64_t lv = 0xDEAD, mv = 0xDEAD;
+	int rc = kvp_evict(w->m[i], &lv);
+
+	note("kvp_evict(m%d, ptr) = %d (victim %llu)", i, rc,
+	     (unsigned long long)lv);
+	EXPECT_RC("kvp_evict", rc, model_evict(w->mm[i], &mv));
+	if (rc == 0)
+		EXPECT_EQ("kvp_evict: victim", lv, mv);
+}
+
+/*
+ * A fork tree: from a live sequence, `depth` levels of forks, each level
+ * forking the last one's node, with a sibling at each level when asked
+ * (many live siblings).  Then one of: truncate the deepest node (to 0, a
+ * boundary, inside a shared block) and append again; free the tree's
+ * root while its forks live and append to a fork; stream-trim a fork;
+ * preempt by policy; write a shared row (-EBUSY) after an append.
+ */
+static void op_fork_tree(struct world *w, struct rd *r)
+{
+	int i = mgr_index(r);
+	uint64_t root = seq_id(w, i, r), node = root;
+	const struct model_seq *ms;
+	uint8_t v = u8(r);
+	uint32_t depth = 1 + v % 5;
+
+	if (!w->m[i] || !w->forky)
+		return;
+	for (uint32_t k = 0; k < depth && !w->lost_track; k++) {
+		uint64_t d = fork_dst(w, i, r);
+
+		int rc = do_fork(w, i, node, d);
+
+		step_done(w);
+		if (rc)
+			break;
+		if (v & 0x08) { /* a sibling, left alive */
+			do_fork(w, i, node, fork_dst(w, i, r));
+			step_done(w);
+		}
+		node = d;
+	}
+	if (w->lost_track || !model_seq_find(w->mm[i], node))
+		return;
+	switch ((v >> 4) % 5) {
+	case 0:
+		ms = model_seq_find(w->mm[i], node);
+		do_truncate(w, i, node, fork_cut(w, r, ms));
+		step_done(w);
+		do_append(w, i, node, u8(r) % (2 * w->bt + 1));
+		break;
+	case 1:
+		if (root != node && model_seq_find(w->mm[i], root)) {
+			do_free(w, i, root);
+			step_done(w);
+		}
+		do_append(w, i, node, 1 + u8(r) % w->bt);
+		break;
+	case 2: {
+		uint32_t lev = 0xDEAD, mev = 0xDEAD, sink = u8(r) % 2 * w->bt,
+			 win = w->bt;
+		int rc = kvp_seq_stream_trim(w->m[i], node, sink, win, &lev);
+
+		note("kvp_seq_stream_trim(m%d, %llu, sink %u, window %u,"
+		     " ptr) = %d (evicted %u)",
+		     i, (unsigned long long)node, sink, win, rc, lev);
+		EXPECT_RC("kvp_seq_stream_trim", rc,
+			  model_seq_stream_trim(w->mm[i], node, sink, win,
+						&mev));
+		if (rc == 0)
+			EXPECT_EQ("kvp_seq_stream_trim: *evicted_tokens", lev,
+				  mev);
+		step_done(w);
+		do_append(w, i, node, 1 + u8(r) % w->bt);
+		break;
+	}
+	case 3:
+		do_evict(w, i);
+		break;
+	default:
+		/* An append (a copy if the last block is shared), then a
+		 * write to a row of the shared prefix, -EBUSY unless the
+		 * pool owns no data or the block is the fork's own. */
+		do_append(w, i, node, 1 + u8(r) % w->bt);
+		step_done(w);
+		ms = model_seq_find(w->mm[i], node);
+		if (w->row && ms && ms->tokens) {
+			uint8_t k[MODEL_MAX_ROW], vv[MODEL_MAX_ROW];
+			uint32_t pos = u8(r) % ms->tokens;
+			int rc;
+
+			fill(r, k, w->row);
+			fill(r, vv, w->row);
+			rc = kvp_seq_write(w->m[i], node, pos, 0, k, vv);
+			note("kvp_seq_write(m%d, %llu, pos %u, layer 0) = %d",
+			     i, (unsigned long long)node, pos, rc);
+			EXPECT_RC("kvp_seq_write", rc,
+				  model_seq_write(w->mm[i], node, pos, 0, k,
+						  vv));
+		}
+	}
+}
+
+/*
+ * A fork of a prefix-cache hit: a cached create of a chain's prefix
+ * (whole blocks, or a partly filled last one), a fork of it, an append
+ * to the fork, the fork's commit of the chain, then the source freed or
+ * kept.
+ */
+static void op_cached_fork(struct world *w, struct rd *r)
+{
+	int i = mgr_index(r);
+	uint64_t id = fork_dst(w, i, r), d;
+	struct kvp_hash h[MAX_HASHES];
+	unsigned c;
+	uint32_t nh = chain(r, h, &c), lc = 0xDEAD, mc = 0xDEAD;
+	uint32_t tab[MAX_BLOCKS + 1], n = 0, t;
+	uint8_t v = u8(r);
+	int rc, mrc;
+
+	if (!w->m[i] || !w->forky)
+		return;
+	nh %= 2 * w->nb / 3 + 2;
+	t = nh * w->bt + (v & 1 ? v % (w->bt + 1) : 0);
+	rc = kvp_seq_create_cached(w->m[i], id, h, nh, t, &lc);
+	note("kvp_seq_create_cached(m%d, %llu, %u hashes of chain %u,"
+	     " %u tokens, ptr) = %d (cached %u)",
+	     i, (unsigned long long)id, nh, c, t, rc, lc);
+	if (failed_by_fault(w, rc, true, "kvp_seq_create_cached"))
+		return;
+	if (rc == 0 && kvp_seq_blocks(w->m[i], id, tab, MAX_BLOCKS + 1, &n))
+		mismatch("kvp_seq_blocks after a cached create failed");
+	mrc = model_seq_create_cached(w->mm[i], id, h, nh, false, t,
+				      rc == 0 ? tab : NULL, &mc);
+	EXPECT_RC("kvp_seq_create_cached", rc, mrc);
+	if (rc == 0)
+		EXPECT_EQ("kvp_seq_create_cached: *cached_tokens", lc, mc);
+	step_done(w);
+	if (rc || w->lost_track)
+		return;
+	d = fork_dst(w, i, r);
+	if (do_fork(w, i, id, d) != 0)
+		return;
+	step_done(w);
+	do_append(w, i, d, (v >> 1) % (2 * w->bt + 1));
+	step_done(w);
+	rc = kvp_seq_commit(w->m[i], d, h, nh);
+	note("kvp_seq_commit(m%d, %llu, %u hashes of chain %u) = %d", i,
+	     (unsigned long long)d, nh, c, rc);
+	EXPECT_RC("kvp_seq_commit", rc,
+		  model_seq_commit(w->mm[i], d, h, nh, false));
+	if (v & 0x40) {
+		step_done(w);
+		do_free(w, i, id);
+	}
+}
+
 typedef void (*op_fn)(struct world *, struct rd *);
 static const op_fn ops[] = {
 	op_create,	  op_append,	   op_append,	 op_fork,
@@ -1743,6 +2077,49 @@ static const op_fn ops[] = {
 	op_create_cached, op_commit,	   op_prefix_reset,
 	op_commit_retained, op_commit_retained, op_tick, op_retention,
 };
+
+/* The op mix of fork-heavy inputs: forks, fork trees and forks of
+ * cache hits, with the calls that change a forked sequence (append,
+ * truncate, trim, free, preemption, writes) and no raw references (so
+ * that kvp_manager_check can run at the end). */
+static const op_fn fork_ops[] = {
+	op_create,	op_append,	op_append,    op_fork,
+	op_fork,	op_fork,	op_fork_tree, op_fork_tree,
+	op_fork_tree,	op_free,	op_truncate,  op_truncate,
+	op_trim,	op_evict,	op_data,      op_data,
+	op_cached_fork, op_cached_fork, op_commit,    op_create_cached,
+	op_query,	op_export,	op_priority,  op_fault,
+};
+
+/*
+ * The end of a fork-heavy input: kvp_manager_check of each slot (every
+ * block's references against the tables of every manager of the pool;
+ * these inputs take no raw references, so it must pass), then each
+ * fork tree freed from its oldest node (mgr_close frees the newest
+ * first); the driver then requires the pool whole.
+ */
+static void final_checks(struct world *w)
+{
+	bool checked = false;
+
+	for (int i = 0; i < NMGR; i++) {
+		int rc;
+
+		if (!w->m[i])
+			continue;
+		/* One call checks every manager of the pool: it walks them
+		 * all (the cache's too, 17% of a run's time if twice). */
+		if (!checked) {
+			rc = kvp_manager_check(w->m[i]);
+			note("kvp_manager_check(m%d) = %d", i, rc);
+			EXPECT_RC("kvp_manager_check (the end)", rc,
+				  model_manager_check(w->mm[i]));
+			checked = true;
+		}
+		while (w->mm[i]->nseqs)
+			do_free(w, i, w->mm[i]->seqs[0].id);
+	}
+}
 
 /* ------------------------------------------------------------ driver */
 
@@ -1786,6 +2163,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if (b & 8)
 			c.flags |= KVP_POOL_ZERO;
 	}
+	/* Fork-heavy inputs: 0xC0 or 0xD0 in the high bits (no seed input
+	 * had them), 0x10 makes both slots cache prefixes. */
+	w.forky = (b & 0xE0) == 0xC0;
+	w.force_prefix = w.forky && (b & 0x10);
+	w.ids = w.forky ? fork_ids : seq_ids;
+	w.nids = w.forky ? NFORK_IDS : NIDS;
 	c.device_id = -1;
 	w.nb = c.num_blocks;
 	w.bt = c.block_tokens;
@@ -1813,7 +2196,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	for (w.op = 0; r.n && w.op < MAX_OPS && !w.lost_track; w.op++) {
 		bool armed = w.fault_armed;
 
-		ops[u8(&r) % (sizeof(ops) / sizeof(ops[0]))](&w, &r);
+		uint8_t opc = u8(&r);
+
+		if (w.forky)
+			fork_ops[opc % (sizeof(fork_ops) /
+					sizeof(fork_ops[0]))](&w, &r);
+		else
+			ops[opc % (sizeof(ops) / sizeof(ops[0]))](&w, &r);
 #ifdef KVP_FAULT_INJECTION
 		if (armed) {
 			fault_disarm();
@@ -1829,6 +2218,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 #ifdef KVP_FAULT_INJECTION
 	fault_disarm();
 #endif
+	if (w.forky && !w.lost_track)
+		final_checks(&w);
 	for (int i = 0; i < NMGR; i++)
 		if (w.m[i])
 			mgr_close(&w, i);

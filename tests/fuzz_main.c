@@ -19,8 +19,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 void fuzz_api_record_calls(int on);
 
 /* Pool configurations of a --random run (16 of the 4,608 an
- * input can name; another seed draws others). */
+ * input can name; another seed draws others).  NFORKY of them are
+ * fork-heavy (tests/fuzz_api.c: the high bits of the third byte), half
+ * of those with prefix caching forced on. */
 #define NHEADERS 16
+#define NFORKY 6
 
 static uint64_t rng;
 
@@ -59,8 +62,16 @@ int main(int argc, char **argv)
 
 		rng = argc > 3 ? strtoull(argv[3], NULL, 0) : 1;
 		rng = rng ? rng : 1;
-		for (i = 0; i < NHEADERS; i++)
+		for (i = 0; i < NHEADERS; i++) {
+			uint8_t *h = (uint8_t *)&headers[i];
+
 			headers[i] = (uint32_t)next();
+			if (i < NFORKY)
+				h[2] = (uint8_t)((h[2] & 0x0F) | 0xC0 |
+						 (i & 1 ? 0x10 : 0));
+			else if ((h[2] & 0xE0) == 0xC0)
+				h[2] ^= 0x80; /* not fork-heavy */
+		}
 		clock_gettime(CLOCK_MONOTONIC, &t0);
 		for (i = 0; i < n; i++) {
 			size_t len = 8 + next() % (sizeof(buf) - 8);

@@ -8,6 +8,7 @@ b=${top_builddir:-.}
 "$b/stress/stress_pool" 2 1 --cache 0
 "$b/stress/stress_pool" 3 1 --blocks 64 --cache 8
 "$b/stress/stress_seq" 4 2
+"$b/stress/stress_seq" 3 1 --fork-tree --blocks 64 --ids 16
 "$b/stress/stress_seqmap" 4 40000
 "$b/stress/stress_seqmap" 3 20000 --ids 4 --fresh 60
 "$b/stress/stress_churn" 2000 8
