@@ -137,11 +137,15 @@ static inline bool pool_block_cached(const struct kvp_pool *pool, uint32_t id)
  * later hit may take it).  A holder must not write a shared block.  A
  * caller that holds the block and serialises its own holders (a
  * sequence's lock) sees the count only fall while it looks, so a block
- * seen unshared stays so until the caller hands it out again.
+ * seen unshared stays so until the caller hands it out again.  Acquire:
+ * a caller that sees the block unshared goes on to write it, after the
+ * other holders' reads of it (a fork's copy on write), which their
+ * release drops published.
  */
 static inline bool pool_block_shared(const struct kvp_pool *pool, uint32_t id)
 {
-	return bstate_is_shared(pool_block_word(pool, id));
+	return bstate_is_shared(
+		atomic_load_explicit(&pool->state[id], memory_order_acquire));
 }
 
 /* Asks for block id's word for writing (a transition soon). */
