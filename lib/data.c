@@ -45,7 +45,7 @@ static int locate(struct kvp_manager *m, uint64_t seq, uint32_t pos,
 		seq_unlock(*s);
 		return -ERANGE;
 	}
-	*block = (*s)->blocks[pos / m->block_tokens];
+	*block = btable_get(&(*s)->table, pos / m->block_tokens);
 	return 0;
 }
 
@@ -122,8 +122,10 @@ KVP_API int kvp_seq_gather(struct kvp_manager *m, uint64_t seq, uint32_t layer,
 		uint32_t n = left < bt ? left : bt;
 		size_t bytes = (size_t)n * pool->row_bytes;
 
-		memcpy(ko, row_at(pool, s->blocks[i], layer, KV_K, 0), bytes);
-		memcpy(vo, row_at(pool, s->blocks[i], layer, KV_V, 0), bytes);
+		uint32_t b = btable_get(&s->table, i);
+
+		memcpy(ko, row_at(pool, b, layer, KV_K, 0), bytes);
+		memcpy(vo, row_at(pool, b, layer, KV_V, 0), bytes);
 		ko += bytes;
 		vo += bytes;
 		left -= n;

@@ -215,11 +215,6 @@ static void seq_set_tokens(struct kvp_seq *s, uint32_t tokens)
 	atomic_store_explicit(&s->num_tokens, tokens, memory_order_relaxed);
 }
 
-static size_t table_bytes(uint32_t cap)
-{
-	return (size_t)cap * sizeof(uint32_t);
-}
-
 /* Puts a chain of structs, first..last linked through `link`, on the
  * free list with one CAS; only the last one's link is written. */
 static void seq_free_push(struct kvp_manager *m, struct kvp_seq *first,
@@ -255,8 +250,7 @@ static struct seq_slab *slab_new(struct kvp_manager *m)
 	for (int i = 0; i < KVP_SEQ_SLAB; i++) {
 		struct kvp_seq *s = &slab->seqs[i];
 
-		s->blocks = s->inline_blocks;
-		s->cap = KVP_INLINE_TABLE;
+		btable_init(&s->table);
 		s->mgr = m;
 		atomic_init(&s->dead, true);
 	}
@@ -268,13 +262,6 @@ static struct seq_slab *slab_new(struct kvp_manager *m)
 						      memory_order_release,
 						      memory_order_relaxed));
 	return slab;
-}
-
-/* Frees a table that is not the struct's inline one. */
-static void table_free(struct kvp_seq *s, uint32_t *t, uint32_t cap)
-{
-	if (t != s->inline_blocks)
-		kvp_free(t, table_bytes(cap));
 }
 
 /* RCU callback: a batch of removed (or never published) structs, chained
@@ -794,53 +781,14 @@ static void release_blocks(struct kvp_manager *m, uint32_t *ids, uint32_t n)
 	release_blocks_park(m, ids, n, 0);
 }
 
-/*
- * Returns a table of at least `need` entries holding s's current ones: s's
- * own if it is large enough, else a new one (NULL if out of memory).
- */
-static uint32_t *table_for(struct kvp_seq *s, uint32_t need, uint32_t *cap)
-{
-	uint32_t *t;
-	uint64_t c;
-
-	if (need <= s->cap) {
-		*cap = s->cap;
-		return s->blocks;
-	}
-	c = (uint64_t)s->cap * 2;
-	if (c < need)
-		c = need;
-	t = kvp_malloc(c * sizeof(*t));
-	if (!t)
-		return NULL;
-	memcpy(t, s->blocks, (size_t)s->nblocks * sizeof(*t));
-	*cap = (uint32_t)c;
-	return t;
-}
-
-static void table_install(struct kvp_seq *s, uint32_t *t, uint32_t cap)
-{
-	if (t == s->blocks)
-		return;
-	table_free(s, s->blocks, s->cap);
-	s->blocks = t;
-	s->cap = cap;
-}
-
-static void table_discard(struct kvp_seq *s, uint32_t *t, uint32_t cap)
-{
-	if (t != s->blocks)
-		table_free(s, t, cap);
-}
-
 /* Removes a locked, live sequence; unlocks it.  See the argument above. */
 static void seq_remove_locked(struct kvp_manager *m, struct kvp_seq *s)
 {
-	uint32_t tokens = seq_tokens(s), n = s->nblocks,
+	uint32_t tokens = seq_tokens(s), n,
+		 *ids = btable_truncate(&s->table, 0, &n),
 		 hits = s->hits < n ? s->hits : n;
 
 	atomic_store_explicit(&s->dead, true, memory_order_relaxed);
-	s->nblocks = 0;
 	seq_unlock(s);
 	/* Unlocked: the map may wait for a rebuild, whose grace period
 	 * may wait for a reader spinning on our lock. */
@@ -850,28 +798,11 @@ static void seq_remove_locked(struct kvp_manager *m, struct kvp_seq *s)
 	 * struct is reused only after seq_release(). */
 	/* Its hits, the chain's head, are what its thread may hit next:
 	 * their references may be parked. */
-	release_blocks_park(m, s->blocks, n, hits);
+	release_blocks_park(m, ids, n, hits);
 	stat_add(m, frees, 1);
 	stat_add(m, sequences, -1);
 	stat_add(m, tokens, -(int64_t)tokens);
 	seq_release(s);
-}
-
-/*
- * Makes the table of a dead, unpublished struct hold `need` entries.
- * Returns 0 or -ENOMEM.
- */
-static int table_reserve(struct kvp_seq *s, uint32_t need)
-{
-	uint32_t cap, *t;
-
-	if (need <= s->cap)
-		return 0;
-	t = table_for(s, need, &cap);
-	if (!t)
-		return -ENOMEM;
-	table_install(s, t, cap);
-	return 0;
 }
 
 /*
@@ -905,11 +836,10 @@ static int seq_publish(struct kvp_manager *m, struct kvp_seq *s)
  * locker that sees it alive.
  */
 static void seq_init(struct kvp_seq *s, uint64_t id, uint32_t tokens,
-		     uint32_t nblocks, int32_t priority, bool tail_shared,
+		     int32_t priority, bool tail_shared,
 		     uint32_t committed, uint32_t hits, bool trimmed)
 {
 	s->id = id;
-	s->nblocks = nblocks;
 	s->tail_shared = tail_shared;
 	s->committed = committed;
 	s->hits = hits;
@@ -941,8 +871,8 @@ static int seq_create(struct kvp_manager *m, uint64_t id, uint32_t num_tokens,
 		      uint32_t *hits)
 {
 	struct kvp_seq *s;
-	uint32_t nb = blocks_for(num_tokens, m->block_tokens), h = 0;
-	int err;
+	uint32_t nb = blocks_for(num_tokens, m->block_tokens), h = 0, *ids;
+	int err = 0;
 
 	*hits = 0;
 	if (nb > m->pool->num_blocks)
@@ -952,25 +882,30 @@ static int seq_create(struct kvp_manager *m, uint64_t id, uint32_t num_tokens,
 	s = seq_take(m);
 	if (!s)
 		return -ENOMEM;
-	err = table_reserve(s, nb);
+	/* The new table is filled in place. */
+	ids = btable_room(&s->table, nb);
+	if (!ids)
+		err = -ENOMEM;
 	if (!err && limit)
-		h = prefix_take(&m->prefix, hashes, limit, s->blocks);
+		h = prefix_take(&m->prefix, hashes, limit, ids);
 	if (!err && nb > h)
-		err = kvp_pool_alloc(m->pool, nb - h, s->blocks + h);
+		err = kvp_pool_alloc(m->pool, nb - h, ids + h);
 	if (err) {
 		if (h)
-			prefix_unhit(m->pool, s->blocks, h);
+			prefix_unhit(m->pool, ids, h);
 		seq_release(s);
 		return err;
 	}
-	seq_init(s, id, num_tokens, nb, 0, false, h, h, false);
+	btable_extend(&s->table, nb);
+	seq_init(s, id, num_tokens, 0, false, h, h, false);
 	err = seq_publish(m, s);
 	if (err) {
+		/* Dead and ours: see seq_init. */
+		ids = btable_truncate(&s->table, 0, &nb);
 		if (h)
-			prefix_unhit(m->pool, s->blocks, h);
+			prefix_unhit(m->pool, ids, h);
 		if (nb > h)
-			(void)kvp_pool_free(m->pool, s->blocks + h, nb - h);
-		s->nblocks = 0; /* dead and ours: see seq_init */
+			(void)kvp_pool_free(m->pool, ids + h, nb - h);
 		seq_release(s);
 		return err;
 	}
@@ -1146,12 +1081,12 @@ static int seq_commit(struct kvp_manager *m, uint64_t id,
 	for (i = 0; nranges && i < s->committed && i < upto; i++) {
 		if (i >= until)
 			retain = block_retention(m, i, ranges, nranges, &until);
-		prefix_raise(&m->prefix, s->blocks[i], retain, &refused);
+		prefix_raise(&m->prefix, btable_get(&s->table, i), retain, &refused);
 	}
 	for (i = s->committed; i < upto && i < s->committed + KVP_COMMIT_AHEAD;
 	     i++)
 		keys[i % KVP_COMMIT_AHEAD] =
-			prefix_store_prepare(&m->prefix, s->blocks[i], &hashes[i]);
+			prefix_store_prepare(&m->prefix, btable_get(&s->table, i), &hashes[i]);
 	/* Blocks [run, i) were stored by this call: one STORED event per
 	 * contiguous run of one priority, emitted while we hold the blocks
 	 * (so before any can be evicted and reported removed). */
@@ -1162,10 +1097,10 @@ static int seq_commit(struct kvp_manager *m, uint64_t id,
 
 		if (ahead < upto)
 			keys[ahead % KVP_COMMIT_AHEAD] = prefix_store_prepare(
-				&m->prefix, s->blocks[ahead], &hashes[ahead]);
+				&m->prefix, btable_get(&s->table, ahead), &hashes[ahead]);
 		if (nranges && i >= until)
 			retain = block_retention(m, i, ranges, nranges, &until);
-		r = prefix_store(&m->prefix, s->blocks[i], &hashes[i], key,
+		r = prefix_store(&m->prefix, btable_get(&s->table, i), &hashes[i], key,
 				 retain, &refused);
 		if (r == 1) {
 			/* The priority stored: a pin the cap refused is
@@ -1183,7 +1118,7 @@ static int seq_commit(struct kvp_manager *m, uint64_t id,
 			continue;
 		}
 		if (r == 0 && retain)
-			prefix_raise(&m->prefix, s->blocks[i], retain,
+			prefix_raise(&m->prefix, btable_get(&s->table, i), retain,
 				     &refused);
 		if (i > run)
 			commit_emit(m, hashes, run, i, info, run_prio);
@@ -1338,20 +1273,19 @@ static int append_locked(struct kvp_manager *m, struct kvp_seq *s,
 			 uint32_t *ncow)
 {
 	uint32_t tokens = seq_tokens(s), off = bt_mod(m, tokens), total, nb,
-		 grow, cows = 0, tcap, got[64], *fresh = got;
-	uint32_t *t;
+		 grow, cows = 0, got[64], *fresh = got;
 	int err;
 
 	if (tokens > UINT32_MAX - n)
 		return -EINVAL;
 	total = tokens + n;
 	nb = bt_div(m, total) + (bt_mod(m, total) != 0);
-	grow = nb - s->nblocks;
+	grow = nb - btable_len(&s->table);
 	/* A shared, partially filled last block must be copied first.
 	 * pool_block_shared says why a stale look is safe. */
 	if (n && off && s->tail_shared) {
 		/* A cached block is shared with future hits too. */
-		if (pool_block_shared(m->pool, s->blocks[s->nblocks - 1]))
+		if (pool_block_shared(m->pool, btable_last(&s->table)))
 			cows = 1;
 		else
 			s->tail_shared = false; /* the other holders left */
@@ -1367,35 +1301,30 @@ static int append_locked(struct kvp_manager *m, struct kvp_seq *s,
 	}
 	if (grow + cows > m->pool->num_blocks)
 		return -ENOSPC;
-	t = table_for(s, nb, &tcap);
-	if (!t)
+	/* A grown table is kept if the allocation then fails: the next
+	 * append needs it too. */
+	if (btable_reserve(&s->table, nb))
 		return -ENOMEM;
 	if (grow + cows > KVP_ARRAY_SIZE(got)) {
 		fresh = kvp_malloc((grow + cows) * sizeof(*fresh));
-		if (!fresh) {
-			table_discard(s, t, tcap);
+		if (!fresh)
 			return -ENOMEM;
-		}
 	}
 	err = kvp_pool_alloc(m->pool, grow + cows, fresh);
-	if (err) {
-		table_discard(s, t, tcap);
+	if (err)
 		goto out;
-	}
 	/* Nothing can fail from here on. */
-	table_install(s, t, tcap);
 	if (cows) {
-		uint32_t last = s->nblocks - 1, src = s->blocks[last];
+		uint32_t src = btable_last(&s->table);
 
 		cow[0] = (struct kvp_copy){.src = src, .dst = fresh[0],
 					   .tokens = off};
 		copy_block_data(m->pool, src, fresh[0], off);
-		s->blocks[last] = fresh[0];
+		btable_set_last(&s->table, fresh[0]);
 		release_blocks(m, &src, 1);
 		stat_add(m, cows, 1);
 	}
-	memcpy(s->blocks + s->nblocks, fresh + cows, grow * sizeof(*fresh));
-	s->nblocks = nb;
+	btable_append(&s->table, fresh + cows, grow);
 	s->tail_shared = false; /* a fresh tail, or a private copy */
 	seq_set_tokens(s, total);
 	touch(s);
@@ -1434,7 +1363,7 @@ KVP_API int kvp_seq_append(struct kvp_manager *m, uint64_t id,
 KVP_API int kvp_seq_fork(struct kvp_manager *m, uint64_t src, uint64_t dst)
 {
 	struct kvp_seq *s, *d;
-	uint32_t i = 0, nb, tokens, committed, hits;
+	uint32_t i = 0, nb, tokens, committed, hits, *ids;
 	int32_t priority;
 	bool trimmed;
 	int err = 0;
@@ -1451,37 +1380,37 @@ KVP_API int kvp_seq_fork(struct kvp_manager *m, uint64_t src, uint64_t dst)
 		seq_release(d);
 		return -ENOENT;
 	}
-	nb = s->nblocks;
+	nb = btable_len(&s->table);
 	committed = s->committed;
 	hits = s->hits;
 	trimmed = s->trimmed;
-	err = table_reserve(d, nb);
+	err = btable_fork_copy(&d->table, &s->table);
 	for (i = 0; !err && i < nb; i++) {
-		err = kvp_block_ref(m->pool, s->blocks[i]);
+		err = kvp_block_ref(m->pool, btable_get(&d->table, i));
 		if (err)
 			break;
 	}
 	if (err) {
 		/* The i references we took are ours alone: safe to drop. */
+		ids = btable_truncate(&d->table, 0, &nb);
 		if (i)
-			(void)kvp_pool_free(m->pool, s->blocks, i);
+			(void)kvp_pool_free(m->pool, ids, i);
 		seq_unlock(s);
 		seq_release(d);
 		return err;
 	}
-	memcpy(d->blocks, s->blocks, (size_t)nb * sizeof(*d->blocks));
 	tokens = seq_tokens(s);
 	priority = atomic_load_explicit(&s->priority, memory_order_relaxed);
 	s->tail_shared = true;
 	touch(s);
 	seq_unlock(s);
-	seq_init(d, dst, tokens, nb, priority, true, committed, hits,
-		 trimmed);
+	seq_init(d, dst, tokens, priority, true, committed, hits, trimmed);
 	err = seq_publish(m, d);
 	if (err) {
+		/* Dead and ours: see seq_init. */
+		ids = btable_truncate(&d->table, 0, &nb);
 		if (nb)
-			(void)kvp_pool_free(m->pool, d->blocks, nb);
-		d->nblocks = 0; /* dead and ours: see seq_init */
+			(void)kvp_pool_free(m->pool, ids, nb);
 		seq_release(d);
 		return err;
 	}
@@ -1508,7 +1437,7 @@ KVP_API int kvp_seq_truncate(struct kvp_manager *m, uint64_t id,
 			     uint32_t num_tokens)
 {
 	struct kvp_seq *s;
-	uint32_t tokens, nb;
+	uint32_t tokens, nb, *gone, ngone;
 	int err = 0;
 
 	if (!m)
@@ -1521,8 +1450,8 @@ KVP_API int kvp_seq_truncate(struct kvp_manager *m, uint64_t id,
 		err = -ERANGE;
 	} else {
 		nb = blocks_for(num_tokens, m->block_tokens);
-		release_blocks(m, s->blocks + nb, s->nblocks - nb);
-		s->nblocks = nb;
+		gone = btable_truncate(&s->table, nb, &ngone);
+		release_blocks(m, gone, ngone);
 		/* The new last block may be one a fork shares, or cached. */
 		s->tail_shared = true;
 		if (s->committed > num_tokens / m->block_tokens)
@@ -1559,12 +1488,7 @@ KVP_API int kvp_seq_stream_trim(struct kvp_manager *m, uint64_t id,
 	if (first_tail > keep_head) {
 		uint32_t n = first_tail - keep_head;
 
-		/* release_blocks reorders the ids it is given: harmless here,
-		 * the tail is moved over them next. */
-		release_blocks(m, s->blocks + keep_head, n);
-		memmove(s->blocks + keep_head, s->blocks + first_tail,
-			(s->nblocks - first_tail) * sizeof(*s->blocks));
-		s->nblocks -= n;
+		release_blocks(m, btable_cut(&s->table, keep_head, n), n);
 		s->tail_shared = true; /* conservative, as for truncate */
 		s->trimmed = true;
 		if (s->hits > keep_head)
@@ -1606,7 +1530,7 @@ KVP_API int kvp_seq_info(struct kvp_manager *m, uint64_t id,
 	s = seq_acquire(m, id);
 	if (s) {
 		info->num_tokens = seq_tokens(s);
-		info->num_blocks = s->nblocks;
+		info->num_blocks = btable_len(&s->table);
 		info->last_access = atomic_load_explicit(&s->last_access,
 							 memory_order_relaxed);
 		info->access_count = atomic_load_explicit(
@@ -1629,11 +1553,11 @@ KVP_API int kvp_seq_blocks(struct kvp_manager *m, uint64_t id, uint32_t *ids,
 	s = seq_acquire(m, id);
 	if (!s)
 		return -ENOENT;
-	*n = s->nblocks;
-	if (s->nblocks > cap)
+	*n = btable_len(&s->table);
+	if (*n > cap)
 		err = -ENOSPC;
-	else if (s->nblocks)
-		memcpy(ids, s->blocks, s->nblocks * sizeof(*ids));
+	else
+		btable_copy_out(&s->table, 0, *n, ids);
 	seq_unlock(s);
 	return err;
 }
@@ -1895,8 +1819,7 @@ KVP_API void kvp_manager_destroy(struct kvp_manager *m)
 	     slab = next) {
 		next = slab->next;
 		for (int i = 0; i < KVP_SEQ_SLAB; i++)
-			table_free(&slab->seqs[i], slab->seqs[i].blocks,
-				   slab->seqs[i].cap);
+			btable_fini(&slab->seqs[i].table);
 		kvp_free_aligned(slab, _Alignof(struct seq_slab), sizeof(*slab));
 	}
 
@@ -1991,28 +1914,30 @@ static int check_manager_tables(struct kvp_manager *m, uint32_t *counts)
 	kvp_rcu_read_lock();
 	for (s = seqmap_first(&m->map, &iter); s;
 	     s = seqmap_next(&m->map, &iter)) {
-		uint32_t tokens = seq_tokens(s);
+		uint32_t tokens = seq_tokens(s), nb = btable_len(&s->table);
 
 		if (atomic_load_explicit(&s->dead, memory_order_relaxed))
 			continue;
-		if (s->nblocks != blocks_for(tokens, m->block_tokens) ||
-		    s->nblocks > s->cap) {
+		if (nb != blocks_for(tokens, m->block_tokens) ||
+		    !btable_valid(&s->table)) {
 			fprintf(stderr,
 				"kvp_manager_check: sequence %" PRIu64
 				" has %u tokens in %u blocks\n",
-				s->id, tokens, s->nblocks);
+				s->id, tokens, nb);
 			err = -EFAULT;
 		}
-		for (uint32_t i = 0; i < s->nblocks; i++) {
-			if (s->blocks[i] >= m->pool->num_blocks) {
+		for (uint32_t i = 0; i < nb; i++) {
+			uint32_t b = btable_get(&s->table, i);
+
+			if (b >= m->pool->num_blocks) {
 				fprintf(stderr,
 					"kvp_manager_check: sequence %" PRIu64
 					" holds block %u out of range\n",
-					s->id, s->blocks[i]);
+					s->id, b);
 				err = -EFAULT;
 				continue;
 			}
-			counts[s->blocks[i]]++;
+			counts[b]++;
 		}
 	}
 	kvp_rcu_read_unlock();

@@ -11,12 +11,11 @@
 #include <stdint.h>
 #include <urcu/urcu-memb.h>
 
+#include "btable.h"
 #include "compiler.h"
 #include "pool.h"
 #include "prefix.h"
 #include "seqmap.h"
-
-#define KVP_INLINE_TABLE 16
 
 /*
  * A sequence.  Its struct is type-stable: it belongs to one manager, is
@@ -50,15 +49,15 @@ struct kvp_seq {
 	/* Written only while the struct is dead, under lock; read under
 	 * lock (a struct found in the map may be reused meanwhile). */
 	uint64_t id;
-	uint32_t nblocks, cap; /* lock */
 	/* Written under lock; eviction scans and stats read them relaxed. */
 	_Atomic uint32_t num_tokens;
 	_Atomic int32_t priority;
 	_Atomic uint64_t last_access, access_count;
-	uint32_t *blocks;      /* lock: blocks[0..nblocks), capacity cap */
 	struct kvp_manager *mgr; /* immutable */
-	/* The table of short sequences (blocks points here until it grows). */
-	uint32_t inline_blocks[KVP_INLINE_TABLE];
+	/* The block table (btable.h): its length, capacity and pointer end
+	 * the first line, its inline storage (the table of short sequences)
+	 * fills the second.  lock. */
+	struct btable table;
 	/* Prefix caching: blocks [0, committed) are registered or were
 	 * hits.  lock. */
 	uint32_t committed;
@@ -77,7 +76,7 @@ struct kvp_seq {
 /* Sequence structs come in cache-aligned slabs, freed with the manager. */
 _Static_assert(sizeof(struct kvp_seq) % (2 * KVP_CACHELINE) == 0,
 	       "a sequence occupies whole pairs of cache lines");
-_Static_assert(offsetof(struct kvp_seq, mgr) + sizeof(void *) <=
+_Static_assert(offsetof(struct kvp_seq, table) + BTABLE_HOT_BYTES <=
 		       KVP_CACHELINE,
 	       "an append's fields share the struct's first line");
 #define KVP_SEQ_SLAB 32
@@ -205,10 +204,5 @@ static inline void seq_unlock(struct kvp_seq *s)
  * and the lock keeps it alive.
  */
 struct kvp_seq *seq_acquire(struct kvp_manager *m, uint64_t id);
-
-static inline uint32_t blocks_for(uint32_t tokens, uint32_t block_tokens)
-{
-	return tokens / block_tokens + (tokens % block_tokens != 0);
-}
 
 #endif /* KVP_MANAGER_H */
