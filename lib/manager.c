@@ -56,113 +56,6 @@
 #define KVP_MANAGER_KNOWN_FLAGS KVP_PREFIX_CACHE
 
 /* ------------------------------------------------------------------ */
-/* Statistics                                                          */
-/* ------------------------------------------------------------------ */
-
-KVP_TLS unsigned kvp_stat_shard;
-/* Bit i: exclusive shard i has a live owner.  Atomic; see below. */
-static _Atomic uint32_t excl_shards_taken;
-static _Atomic unsigned next_shared_shard; /* relaxed: spreads threads */
-/* Bit i: some thread was ever given shard i, so only those shards of a
- * manager can be non-zero (stat_sum_all sums only them).  Atomic,
- * relaxed: set by a thread before its first update of the shard. */
-static _Atomic uint32_t shards_ever;
-static pthread_key_t shard_key;
-static pthread_once_t shard_once = PTHREAD_ONCE_INIT;
-
-_Static_assert(KVP_MGR_EXCL_SHARDS <= 32, "one bit per exclusive shard");
-
-/* Thread exit: gives the exclusive shard back. */
-static void shard_release(void *arg)
-{
-	unsigned i = (unsigned)(uintptr_t)arg - 1;
-
-	/* Release: our last bumps before the next owner's (which acquires
-	 * the bit); the counters keep their sums. */
-	atomic_fetch_and_explicit(&excl_shards_taken, ~(1u << i),
-				  memory_order_release);
-	kvp_stat_shard = 0;
-}
-
-static void shard_key_create(void)
-{
-	kvp_check_pthread(pthread_key_create(&shard_key, shard_release));
-}
-
-static __attribute__((noinline)) void shard_assign(void)
-{
-	const uint32_t all = KVP_MGR_EXCL_SHARDS == 32
-				     ? ~0u
-				     : (1u << KVP_MGR_EXCL_SHARDS) - 1;
-	uint32_t taken;
-
-	kvp_check_pthread(pthread_once(&shard_once, shard_key_create));
-	taken = atomic_load_explicit(&excl_shards_taken, memory_order_relaxed);
-	while ((taken & all) != all) {
-		unsigned i = (unsigned)__builtin_ctz(~taken);
-
-		/* Acquire: the previous owner's bumps (its release). */
-		if (!atomic_compare_exchange_weak_explicit(
-			    &excl_shards_taken, &taken, taken | (1u << i),
-			    memory_order_acquire, memory_order_relaxed))
-			continue;
-		if (pthread_setspecific(shard_key, (void *)(uintptr_t)(i + 1)) ==
-		    0) {
-			kvp_stat_shard = i + 1;
-			return;
-		}
-		/* No destructor could give it back: use a shared shard. */
-		atomic_fetch_and_explicit(&excl_shards_taken, ~(1u << i),
-					  memory_order_release);
-		break;
-	}
-	kvp_stat_shard = KVP_MGR_EXCL_SHARDS + 1 +
-			 atomic_fetch_add_explicit(&next_shared_shard, 1,
-						   memory_order_relaxed) %
-				 KVP_MGR_SHARED_SHARDS;
-}
-
-struct mgr_shard *mgr_shard(struct kvp_manager *m)
-{
-	if (unlikely(!kvp_stat_shard)) {
-		shard_assign();
-		/* Relaxed: see shards_ever. */
-		atomic_fetch_or_explicit(&shards_ever,
-					 1u << (kvp_stat_shard - 1),
-					 memory_order_relaxed);
-	}
-	return &m->shards[kvp_stat_shard - 1];
-}
-
-/* Relaxed: statistics. */
-#define stat_add(m, field, v) mgr_stat_add(m, field, v)
-
-/* Every counter of m at once: one pass over the shards any thread was
- * ever given (a pass per counter over every shard read each shard's
- * lines thirteen times). */
-static void stat_sum_all(struct kvp_manager *m, uint64_t sum[STAT_FIELDS])
-{
-	/* Relaxed: see shards_ever. */
-	uint32_t used = atomic_load_explicit(&shards_ever,
-					     memory_order_relaxed);
-
-	memset(sum, 0, STAT_FIELDS * sizeof(*sum));
-	for (; used; used &= used - 1) {
-		const _Atomic uint64_t *f =
-			&m->shards[__builtin_ctz(used)].creates;
-
-		/* Relaxed: statistics. */
-		for (int k = 0; k < STAT_FIELDS; k++)
-			sum[k] += atomic_load_explicit(&f[k],
-						       memory_order_relaxed);
-	}
-}
-#define STAT_OF(sum, field)                                                  \
-	((sum)[(offsetof(struct mgr_shard, field) -                           \
-		offsetof(struct mgr_shard, creates)) /                         \
-	       sizeof(uint64_t)])
-
-/* ------------------------------------------------------------------ */
 /* Sequences                                                           */
 /* ------------------------------------------------------------------ */
 
@@ -1836,7 +1729,7 @@ KVP_API void kvp_manager_stats(struct kvp_manager *m, struct kvp_stats *st)
 	if (!m || !st)
 		return;
 	memset(st, 0, sizeof(*st));
-	stat_sum_all(m, sum);
+	mgr_stat_sum(m->shards, sum);
 	st->sequences = STAT_OF(sum, sequences);
 	st->tokens = STAT_OF(sum, tokens);
 	st->seq_creates = STAT_OF(sum, creates);

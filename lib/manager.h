@@ -13,6 +13,7 @@
 
 #include "btable.h"
 #include "compiler.h"
+#include "mgrstat.h"
 #include "pool.h"
 #include "prefix.h"
 #include "seqmap.h"
@@ -85,32 +86,6 @@ struct seq_slab {
 	struct seq_slab *next; /* immutable: the manager's slab list */
 };
 
-/*
- * Statistics counters, sharded.  The first KVP_MGR_EXCL_SHARDS shards each
- * belong to one live thread at a time (claimed on first use, given back at
- * thread exit), which bumps them with a plain load and store: no locked
- * instruction on the hot paths.  Threads beyond share the others, with
- * atomic adds.  Readers sum relaxed loads.
- */
-#define KVP_MGR_EXCL_SHARDS 16
-#define KVP_MGR_SHARED_SHARDS 4
-#define KVP_MGR_SHARDS (KVP_MGR_EXCL_SHARDS + KVP_MGR_SHARED_SHARDS)
-_Static_assert(KVP_MGR_SHARDS <= 32, "shards_ever is a 32-bit map");
-struct mgr_shard {
-	kvp_cacheline_aligned _Atomic uint64_t creates;
-	_Atomic uint64_t frees, appends, forks, evictions, cows;
-	_Atomic uint64_t blocks_allocated, blocks_released;
-	_Atomic uint64_t sequences, tokens; /* deltas, wrapping */
-	_Atomic uint64_t prefix_queries, prefix_hits, prefix_commits;
-};
-/* The counters of a shard, creates first (stat_sum_all reads them as an
- * array). */
-#define STAT_FIELDS 13
-_Static_assert(sizeof(struct mgr_shard) >= STAT_FIELDS * sizeof(uint64_t) &&
-		       offsetof(struct mgr_shard, prefix_commits) ==
-			       (STAT_FIELDS - 1) * sizeof(uint64_t),
-	       "struct mgr_shard: STAT_FIELDS consecutive counters");
-
 struct kvp_manager {
 	/* Read-only after creation. */
 	uint64_t uid; /* unique per process: keys the lookup caches */
@@ -149,30 +124,6 @@ struct kvp_manager {
 	 * otherwise). */
 	struct prefix_cache prefix;
 };
-
-/* This thread's shard: 1 + index, 0 = not yet assigned (owner only). */
-extern KVP_TLS unsigned kvp_stat_shard;
-
-/* This thread's statistics shard of m (assigns one on first use). */
-struct mgr_shard *mgr_shard(struct kvp_manager *m);
-
-/* Adds v to a counter of this thread's shard.  Relaxed: statistics. */
-static inline void mgr_stat_bump(_Atomic uint64_t *counter, uint64_t v)
-{
-	if (likely(kvp_stat_shard <= KVP_MGR_EXCL_SHARDS))
-		/* The shard's only writer: no read-modify-write needed. */
-		atomic_store_explicit(
-			counter,
-			atomic_load_explicit(counter, memory_order_relaxed) +
-				v,
-			memory_order_relaxed);
-	else
-		atomic_fetch_add_explicit(counter, v, memory_order_relaxed);
-}
-
-/* mgr_shard() runs first, as an argument: the shard is assigned. */
-#define mgr_stat_add(m, field, v)                                            \
-	mgr_stat_bump(&mgr_shard(m)->field, (uint64_t)(v))
 
 static inline void seq_lock(struct kvp_seq *s)
 {
