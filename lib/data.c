@@ -1,5 +1,6 @@
 /*
  * data.c - token-level access to the KV data of data-owning pools.
+ * Floor 11 of lib/ (doc/architecture.md, "Layers").
  *
  * A block is [layer][K,V][token][head][dim]: for one layer, the K rows of
  * a block's tokens are contiguous, and so are its V rows, which makes a
@@ -77,7 +78,7 @@ static int move_rows(struct kvp_manager *m, uint64_t seq, uint32_t pos,
 		memcpy(v, rv, pool->row_bytes);
 	} else if (pool_block_shared(pool, block)) {
 		/* While we hold the sequence's lock the count can only fall
-		 * (manager.c), so a block seen alone stays ours. */
+		 * (seq.c), so a block seen alone stays ours. */
 		err = -EBUSY;
 	} else {
 		memcpy(rk, k, pool->row_bytes);

@@ -1,7 +1,8 @@
 /*
  * export.c - block tables in the formats attention kernels take.
+ * Floor 11 of lib/ (doc/architecture.md, "Layers").
  *
- * Each sequence is read under its own lock (manager.h), so each row is a
+ * Each sequence is read under its own lock (seqslab.h), so each row is a
  * consistent snapshot of one sequence; rows of different sequences may be
  * from different moments if other threads append meanwhile.
  */
@@ -136,9 +137,9 @@ KVP_API int kvp_export_slot_mapping(struct kvp_manager *m, uint64_t seq,
 	} else {
 		for (uint32_t i = 0; i < n; i++) {
 			uint32_t pos = first_pos + i;
+			int64_t b = btable_get(&s->table, pos / bt);
 
-			slots[i] = (int64_t)btable_get(&s->table, pos / bt) * bt +
-				   pos % bt;
+			slots[i] = b * bt + pos % bt;
 		}
 	}
 	seq_unlock(s);

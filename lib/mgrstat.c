@@ -18,7 +18,7 @@ KVP_TLS unsigned kvp_stat_shard;
 static _Atomic uint32_t excl_shards_taken;
 static _Atomic unsigned next_shared_shard; /* relaxed: spreads threads */
 /* Bit i: some thread was ever given shard i, so only those shards of a
- * manager can be non-zero (stat_sum_all sums only them).  Atomic,
+ * manager can be non-zero (mgr_stat_sum sums only them).  Atomic,
  * relaxed: set by a thread before its first update of the shard. */
 static _Atomic uint32_t shards_ever;
 static pthread_key_t shard_key;
@@ -94,7 +94,8 @@ void mgr_stat_sum(const struct mgr_shard *shards, uint64_t sum[STAT_FIELDS])
 
 	memset(sum, 0, STAT_FIELDS * sizeof(*sum));
 	for (; used; used &= used - 1) {
-		const _Atomic uint64_t *f = &shards[__builtin_ctz(used)].creates;
+		const _Atomic uint64_t *f =
+			&shards[__builtin_ctz(used)].creates;
 
 		/* Relaxed: statistics. */
 		for (int k = 0; k < STAT_FIELDS; k++)

@@ -37,7 +37,7 @@ struct mgr_shard {
 	_Atomic uint64_t sequences, tokens; /* deltas, wrapping */
 	_Atomic uint64_t prefix_queries, prefix_hits, prefix_commits;
 };
-/* The counters of a shard, creates first (stat_sum_all reads them as an
+/* The counters of a shard, creates first (mgr_stat_sum reads them as an
  * array). */
 #define STAT_FIELDS 13
 _Static_assert(sizeof(struct mgr_shard) >= STAT_FIELDS * sizeof(uint64_t) &&

@@ -15,11 +15,11 @@
  *
  * Free (and preemption, which is a free chosen by policy, preempt.c):
  * under the lock, set dead; only the thread that flips dead from false to
- * true goes on, so concurrent frees and preemptions free a victim once.  It then removes the
- * entry from the map, drops the block references (no one reads the table
- * of a dead sequence) and recycles the struct at once (seq_release):
- * threads that found it before the removal may still lock it, see dead or
- * another id, and report -ENOENT.
+ * true goes on, so concurrent frees and preemptions free a victim once.
+ * It then removes the entry from the map, drops the block references (no
+ * one reads the table of a dead sequence) and recycles the struct at once
+ * (seq_release): threads that found it before the removal may still lock
+ * it, see dead or another id, and report -ENOENT.
  *
  * Fork against free of the source: fork takes one reference on each of the
  * source's blocks while holding the source's lock and seeing it alive.  A

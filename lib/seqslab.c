@@ -77,7 +77,8 @@ static struct seq_slab *slab_new(struct kvp_manager *m)
 	head = atomic_load_explicit(&m->seqs.slabs, memory_order_relaxed);
 	do
 		slab->next = head;
-	while (!atomic_compare_exchange_weak_explicit(&m->seqs.slabs, &head, slab,
+	while (!atomic_compare_exchange_weak_explicit(&m->seqs.slabs, &head,
+						      slab,
 						      memory_order_release,
 						      memory_order_relaxed));
 	return slab;
@@ -138,7 +139,8 @@ static void retire_paced(struct kvp_manager *m, uint32_t now_n)
 	uint64_t now = coarse_now_ns();
 
 	if (now_n - flushed_n < KVP_RETIRE_MAX &&
-	    now - atomic_load_explicit(&m->seqs.flushed_ns, memory_order_relaxed) <
+	    now - atomic_load_explicit(&m->seqs.flushed_ns,
+				       memory_order_relaxed) <
 		    KVP_RETIRE_PERIOD_NS)
 		return;
 	atomic_store_explicit(&m->seqs.flushed_n, now_n, memory_order_relaxed);
@@ -155,7 +157,8 @@ static void retire_paced(struct kvp_manager *m, uint32_t now_n)
 static void retire_kick(struct kvp_manager *m)
 {
 	/* Relaxed: pacing only. */
-	uint32_t n = atomic_load_explicit(&m->seqs.nretired, memory_order_relaxed);
+	uint32_t n =
+		atomic_load_explicit(&m->seqs.nretired, memory_order_relaxed);
 
 	if (n != atomic_load_explicit(&m->seqs.flushed_n, memory_order_relaxed))
 		retire_paced(m, n);
@@ -191,11 +194,13 @@ static void retire_push(struct kvp_manager *m, struct kvp_seq *first,
 	do
 		atomic_store_explicit(&last->link, top, memory_order_relaxed);
 	/* Release: publishes the links to the detaching thread. */
-	while (!atomic_compare_exchange_weak_explicit(&m->seqs.retired, &top, first,
+	while (!atomic_compare_exchange_weak_explicit(&m->seqs.retired, &top,
+						      first,
 						      memory_order_release,
 						      memory_order_relaxed));
 	/* Relaxed: a count that paces the batches. */
-	old = atomic_fetch_add_explicit(&m->seqs.nretired, n, memory_order_relaxed);
+	old = atomic_fetch_add_explicit(&m->seqs.nretired, n,
+					memory_order_relaxed);
 	now_n = old + n;
 	if (!may_flush || old / KVP_RETIRE_BATCH == now_n / KVP_RETIRE_BATCH)
 		return;
@@ -596,7 +601,8 @@ void seqslab_fini(struct kvp_manager *m)
 		next = slab->next;
 		for (int i = 0; i < KVP_SEQ_SLAB; i++)
 			btable_fini(&slab->seqs[i].table);
-		kvp_free_aligned(slab, _Alignof(struct seq_slab), sizeof(*slab));
+		kvp_free_aligned(slab, _Alignof(struct seq_slab),
+				 sizeof(*slab));
 	}
 }
 
