@@ -58,37 +58,6 @@ int btable_grow(struct btable *t, uint32_t need)
 	return 0;
 }
 
-uint32_t *btable_room(struct btable *t, uint32_t n)
-{
-	if (btable_reserve(t, t->n + n))
-		return NULL;
-	return t->ids + t->n;
-}
-
-void btable_extend(struct btable *t, uint32_t n)
-{
-	if (config_debug && n > t->cap - t->n)
-		kvp_fatal("btable_extend past the reserved room");
-	t->n += n;
-}
-
-void btable_append(struct btable *t, const uint32_t *ids, uint32_t n)
-{
-	if (config_debug && n > t->cap - t->n)
-		kvp_fatal("btable_append past the reserved room");
-	memcpy(t->ids + t->n, ids, (size_t)n * sizeof(*ids));
-	t->n += n;
-}
-
-uint32_t *btable_truncate(struct btable *t, uint32_t n, uint32_t *dropped)
-{
-	if (config_debug && n > t->n)
-		kvp_fatal("btable_truncate beyond the table's end");
-	*dropped = t->n - n;
-	t->n = n;
-	return t->ids + n;
-}
-
 static void reverse(uint32_t *ids, uint32_t n)
 {
 	for (uint32_t i = 0, j = n ? n - 1 : 0; i < j; i++, j--) {
@@ -115,23 +84,3 @@ uint32_t *btable_cut(struct btable *t, uint32_t first, uint32_t n)
 	return t->ids + t->n;
 }
 
-void btable_copy_out(const struct btable *t, uint32_t first, uint32_t n,
-		     uint32_t *out)
-{
-	if (n)
-		memcpy(out, t->ids + first, (size_t)n * sizeof(*out));
-}
-
-int btable_fork_copy(struct btable *dst, const struct btable *src)
-{
-	uint32_t *room;
-
-	if (config_debug && dst->n)
-		kvp_fatal("btable_fork_copy into a table in use");
-	room = btable_room(dst, src->n);
-	if (!room)
-		return -ENOMEM;
-	btable_copy_out(src, 0, src->n, room);
-	dst->n += src->n;
-	return 0;
-}

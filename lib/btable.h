@@ -15,9 +15,13 @@
 #ifndef KVP_BTABLE_H
 #define KVP_BTABLE_H
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "compiler.h"
 
@@ -84,18 +88,44 @@ static inline int btable_reserve(struct btable *t, uint32_t need)
  * btable_extend(); NULL if out of memory.  Makes room like
  * btable_reserve().
  */
-uint32_t *btable_room(struct btable *t, uint32_t n);
+static inline uint32_t *btable_room(struct btable *t, uint32_t n)
+{
+	if (btable_reserve(t, t->n + n))
+		return NULL;
+	return t->ids + t->n;
+}
+
 /* Counts the next n entries, filled through btable_room(). */
-void btable_extend(struct btable *t, uint32_t n);
+static inline void btable_extend(struct btable *t, uint32_t n)
+{
+	if (config_debug && n > t->cap - t->n)
+		kvp_fatal("btable_extend past the reserved room");
+	t->n += n;
+}
 
 /* Appends ids[0..n); btable_reserve() made the room. */
-void btable_append(struct btable *t, const uint32_t *ids, uint32_t n);
+static inline void btable_append(struct btable *t, const uint32_t *ids,
+				 uint32_t n)
+{
+	if (config_debug && n > t->cap - t->n)
+		kvp_fatal("btable_append past the reserved room");
+	memcpy(t->ids + t->n, ids, (size_t)n * sizeof(*ids));
+	t->n += n;
+}
 
 /*
  * Keeps entries [0, n) and returns the dropped ones [n, old length) (see
  * above for how long they stay), their count in *dropped.
  */
-uint32_t *btable_truncate(struct btable *t, uint32_t n, uint32_t *dropped);
+static inline uint32_t *btable_truncate(struct btable *t, uint32_t n,
+					uint32_t *dropped)
+{
+	if (config_debug && n > t->n)
+		kvp_fatal("btable_truncate beyond the table's end");
+	*dropped = t->n - n;
+	t->n = n;
+	return t->ids + n;
+}
 
 /*
  * Removes entries [first, first + n), keeping the others in order
@@ -105,11 +135,28 @@ uint32_t *btable_truncate(struct btable *t, uint32_t n, uint32_t *dropped);
 uint32_t *btable_cut(struct btable *t, uint32_t first, uint32_t n);
 
 /* Copies entries [first, first + n) to out. */
-void btable_copy_out(const struct btable *t, uint32_t first, uint32_t n,
-		     uint32_t *out);
+static inline void btable_copy_out(const struct btable *t, uint32_t first,
+				   uint32_t n, uint32_t *out)
+{
+	if (n)
+		memcpy(out, t->ids + first, (size_t)n * sizeof(*out));
+}
 
 /* Makes the empty table dst a copy of src (a fork; the caller takes the
  * references).  Returns 0 or -ENOMEM (dst unchanged). */
-int btable_fork_copy(struct btable *dst, const struct btable *src);
+static inline int btable_fork_copy(struct btable *dst,
+				   const struct btable *src)
+{
+	uint32_t *room;
+
+	if (config_debug && dst->n)
+		kvp_fatal("btable_fork_copy into a table in use");
+	room = btable_room(dst, src->n);
+	if (!room)
+		return -ENOMEM;
+	btable_copy_out(src, 0, src->n, room);
+	dst->n += src->n;
+	return 0;
+}
 
 #endif /* KVP_BTABLE_H */
