@@ -1,5 +1,6 @@
 /*
  * alloc.c - host memory for the library's own structures.
+ * Floor 2 of lib/ (doc/architecture.md, "Layers").
  *
  * A shared library that links Debian's libjemalloc cannot be dlopen()ed
  * (initial-exec TLS), which would break Python ctypes users.  So by

@@ -1,5 +1,6 @@
 /*
  * alloc.h - the library's host-memory allocator.
+ * Floor 2 of lib/ (doc/architecture.md, "Layers").
  *
  * Every allocation kvpool makes for itself goes through these functions, so
  * that one choice, made once per process, decides the allocator: jemalloc's

@@ -1,7 +1,7 @@
 /*
  * batch.c - kvp_seq_append_batch: one call appending to many sequences.
  *
- * Floor 7 (doc/architecture.md, "Layers"): a loop over kvp_seq_append,
+ * Floor 11 (doc/architecture.md, "Layers"): a loop over kvp_seq_append,
  * for bindings whose per-call cost (Python's) exceeds the append's own.
  * Each append is as atomic as kvp_seq_append's; the batch as a whole is
  * not: it stops at the first failure, like write(2) stops at a short

@@ -1,5 +1,6 @@
 /*
  * compiler.h - small compiler helpers shared by the library's files.
+ * Floor 1 of lib/ (doc/architecture.md, "Layers").
  */
 #ifndef KVP_COMPILER_H
 #define KVP_COMPILER_H

@@ -1,5 +1,6 @@
 /*
  * data.c - token-level access to the KV data of data-owning pools.
+ * Floor 11 of lib/ (doc/architecture.md, "Layers").
  *
  * A block is [layer][K,V][token][head][dim]: for one layer, the K rows of
  * a block's tokens are contiguous, and so are its V rows, which makes a
@@ -45,7 +46,7 @@ static int locate(struct kvp_manager *m, uint64_t seq, uint32_t pos,
 		seq_unlock(*s);
 		return -ERANGE;
 	}
-	*block = (*s)->blocks[pos / m->block_tokens];
+	*block = btable_get(&(*s)->table, pos / m->block_tokens);
 	return 0;
 }
 
@@ -77,7 +78,7 @@ static int move_rows(struct kvp_manager *m, uint64_t seq, uint32_t pos,
 		memcpy(v, rv, pool->row_bytes);
 	} else if (pool_block_shared(pool, block)) {
 		/* While we hold the sequence's lock the count can only fall
-		 * (manager.c), so a block seen alone stays ours. */
+		 * (seq.c), so a block seen alone stays ours. */
 		err = -EBUSY;
 	} else {
 		memcpy(rk, k, pool->row_bytes);
@@ -122,8 +123,10 @@ KVP_API int kvp_seq_gather(struct kvp_manager *m, uint64_t seq, uint32_t layer,
 		uint32_t n = left < bt ? left : bt;
 		size_t bytes = (size_t)n * pool->row_bytes;
 
-		memcpy(ko, row_at(pool, s->blocks[i], layer, KV_K, 0), bytes);
-		memcpy(vo, row_at(pool, s->blocks[i], layer, KV_V, 0), bytes);
+		uint32_t b = btable_get(&s->table, i);
+
+		memcpy(ko, row_at(pool, b, layer, KV_K, 0), bytes);
+		memcpy(vo, row_at(pool, b, layer, KV_V, 0), bytes);
 		ko += bytes;
 		vo += bytes;
 		left -= n;

@@ -1,5 +1,6 @@
 /*
  * error.c - kvp_strerror.
+ * Floor 1 of lib/ (doc/architecture.md, "Layers").
  */
 #include <errno.h>
 

@@ -1,7 +1,8 @@
 /*
  * export.c - block tables in the formats attention kernels take.
+ * Floor 11 of lib/ (doc/architecture.md, "Layers").
  *
- * Each sequence is read under its own lock (manager.h), so each row is a
+ * Each sequence is read under its own lock (seqslab.h), so each row is a
  * consistent snapshot of one sequence; rows of different sequences may be
  * from different moments if other threads append meanwhile.
  */
@@ -22,9 +23,11 @@ static int max_blocks(struct kvp_manager *m, const uint64_t *seqs,
 
 		if (!s)
 			return -ENOENT;
-		if (s->nblocks > longest)
-			longest = s->nblocks;
-		*total += s->nblocks;
+		uint32_t nb = btable_len(&s->table);
+
+		if (nb > longest)
+			longest = nb;
+		*total += nb;
 		seq_unlock(s);
 	}
 	return (int)longest;
@@ -44,18 +47,19 @@ KVP_API int kvp_export_block_table(struct kvp_manager *m, const uint64_t *seqs,
 	for (uint32_t i = 0; i < nseq && !err; i++) {
 		int32_t *row = table + (size_t)i * stride;
 		struct kvp_seq *s = seq_acquire(m, seqs[i]);
-		uint32_t j;
+		uint32_t j, nb;
 
 		if (!s) {
 			err = -ENOENT;
 			break;
 		}
-		if (s->nblocks > stride) {
+		nb = btable_len(&s->table);
+		if (nb > stride) {
 			err = -ENOSPC;
 		} else {
 			/* Ids are below KVP_MAX_BLOCKS = 2^31: int32 safe. */
-			for (j = 0; j < s->nblocks; j++)
-				row[j] = (int32_t)s->blocks[j];
+			for (j = 0; j < nb; j++)
+				row[j] = (int32_t)btable_get(&s->table, j);
 			for (; j < stride; j++)
 				row[j] = pad;
 		}
@@ -86,7 +90,7 @@ KVP_API int kvp_export_csr(struct kvp_manager *m, const uint64_t *seqs,
 	indptr[0] = 0;
 	for (uint32_t i = 0; i < nseq && !err; i++) {
 		struct kvp_seq *s = seq_acquire(m, seqs[i]);
-		uint32_t tokens;
+		uint32_t tokens, nb;
 
 		if (!s) {
 			err = -ENOENT;
@@ -94,19 +98,19 @@ KVP_API int kvp_export_csr(struct kvp_manager *m, const uint64_t *seqs,
 		}
 		tokens = atomic_load_explicit(&s->num_tokens,
 					      memory_order_relaxed);
-		if (at + s->nblocks > cap) {
+		nb = btable_len(&s->table);
+		if (at + nb > cap) {
 			err = -ENOSPC;
-		} else if (at + s->nblocks > INT32_MAX) {
+		} else if (at + nb > INT32_MAX) {
 			err = -EOVERFLOW;
 		} else {
-			for (uint32_t j = 0; j < s->nblocks; j++)
-				indices[at + j] = (int32_t)s->blocks[j];
-			at += s->nblocks;
+			for (uint32_t j = 0; j < nb; j++)
+				indices[at + j] =
+					(int32_t)btable_get(&s->table, j);
+			at += nb;
 			indptr[i + 1] = (int32_t)at;
 			last_page_len[i] =
-				tokens ? (int32_t)(tokens -
-						   (s->nblocks - 1) * bt)
-				       : 0;
+				tokens ? (int32_t)(tokens - (nb - 1) * bt) : 0;
 		}
 		seq_unlock(s);
 	}
@@ -133,8 +137,9 @@ KVP_API int kvp_export_slot_mapping(struct kvp_manager *m, uint64_t seq,
 	} else {
 		for (uint32_t i = 0; i < n; i++) {
 			uint32_t pos = first_pos + i;
+			int64_t b = btable_get(&s->table, pos / bt);
 
-			slots[i] = (int64_t)s->blocks[pos / bt] * bt + pos % bt;
+			slots[i] = b * bt + pos % bt;
 		}
 	}
 	seq_unlock(s);

@@ -1,5 +1,6 @@
 /*
  * hash.c - chained block hashes for prefix caching.
+ * Floor 2 of lib/ (doc/architecture.md, "Layers").
  *
  * h[i] = H(encoding of: h[i-1] (or "root"), the root's salt, the LoRA
  * name, the tokens of block i).  Every field is written as

@@ -1,116 +1,23 @@
 /*
- * manager.h - sequences and the manager, shared by manager.c, seqmap.c and
- * export.c.
+ * manager.h - struct kvp_manager, owned by manager.c (layer 10,
+ * doc/architecture.md "Layers"): its configuration, read-only after
+ * creation, and the state of the files below it that it embeds (the
+ * sequence map, the structs' slabs, the statistics shards, the prefix
+ * cache).  Each embedded part is touched only through its own file.
  */
 #ifndef KVP_MANAGER_H
 #define KVP_MANAGER_H
 
-#include <sched.h>
 #include <stddef.h>
 #include <stdatomic.h>
 #include <stdint.h>
-#include <urcu/urcu-memb.h>
 
 #include "compiler.h"
+#include "mgrstat.h"
 #include "pool.h"
 #include "prefix.h"
 #include "seqmap.h"
-
-#define KVP_INLINE_TABLE 16
-
-/*
- * A sequence.  Its struct is type-stable: it belongs to one manager, is
- * recycled (at once, through its freeing thread's stash, or after an RCU
- * grace period through the manager's free list) and freed only when the
- * manager is destroyed.  So a stale pointer to it (a map reader's, a
- * thread's lookup cache) is always safe to lock and check: `dead` or
- * another id means a miss.  The map never reads it (seqmap.c).
- */
-struct kvp_seq {
-	/* Whole pairs of cache lines (CPUs prefetch lines in pairs):
-	 * neighbours in a slab often belong to other threads.  The first
-	 * line holds everything an append reads or writes, the second the
-	 * table of short sequences, the third the rest. */
-	/* Serialises every mutation and consistent read of the sequence. */
-	_Alignas(2 * KVP_CACHELINE) _Atomic uint32_t lock;
-	/* True while the struct holds no live sequence: set under lock by
-	 * the free that removes it (only the thread that flips it goes on),
-	 * cleared under lock once a create has published it.  A locker that
-	 * sees it treats the sequence as unknown; eviction scans read it
-	 * relaxed. */
-	_Atomic bool dead;
-	/* The last block may be shared (a fork or a rollback happened since
-	 * it was allocated): append must check its count for copy-on-write.
-	 * False means it is ours alone, and saves a read of a state word
-	 * other threads write.  lock. */
-	bool tail_shared;
-	/* Prefix caching: a stream-trimmed sequence no longer follows its
-	 * hash chain and cannot commit.  lock. */
-	bool trimmed;
-	/* Written only while the struct is dead, under lock; read under
-	 * lock (a struct found in the map may be reused meanwhile). */
-	uint64_t id;
-	uint32_t nblocks, cap; /* lock */
-	/* Written under lock; eviction scans and stats read them relaxed. */
-	_Atomic uint32_t num_tokens;
-	_Atomic int32_t priority;
-	_Atomic uint64_t last_access, access_count;
-	uint32_t *blocks;      /* lock: blocks[0..nblocks), capacity cap */
-	struct kvp_manager *mgr; /* immutable */
-	/* The table of short sequences (blocks points here until it grows). */
-	uint32_t inline_blocks[KVP_INLINE_TABLE];
-	/* Prefix caching: blocks [0, committed) are registered or were
-	 * hits.  lock. */
-	uint32_t committed;
-	/* Blocks [0, hits) were prefix-cache hits (or, for a fork, its
-	 * source's): at the free, their references may be parked (pool.c).
-	 * lock. */
-	uint32_t hits;
-	/* The next struct on the manager's retire list, in the batch handed
-	 * to call_rcu, on its free list, or on a thread's stash: a struct is
-	 * on one of them at a time.  Synchronization: see retire_push(),
-	 * seq_take() and seq_release(). */
-	_Atomic(struct kvp_seq *) link;
-	struct rcu_head rcu;
-};
-
-/* Sequence structs come in cache-aligned slabs, freed with the manager. */
-_Static_assert(sizeof(struct kvp_seq) % (2 * KVP_CACHELINE) == 0,
-	       "a sequence occupies whole pairs of cache lines");
-_Static_assert(offsetof(struct kvp_seq, mgr) + sizeof(void *) <=
-		       KVP_CACHELINE,
-	       "an append's fields share the struct's first line");
-#define KVP_SEQ_SLAB 32
-struct seq_slab {
-	struct kvp_seq seqs[KVP_SEQ_SLAB];
-	struct seq_slab *next; /* immutable: the manager's slab list */
-};
-
-/*
- * Statistics counters, sharded.  The first KVP_MGR_EXCL_SHARDS shards each
- * belong to one live thread at a time (claimed on first use, given back at
- * thread exit), which bumps them with a plain load and store: no locked
- * instruction on the hot paths.  Threads beyond share the others, with
- * atomic adds.  Readers sum relaxed loads.
- */
-#define KVP_MGR_EXCL_SHARDS 16
-#define KVP_MGR_SHARED_SHARDS 4
-#define KVP_MGR_SHARDS (KVP_MGR_EXCL_SHARDS + KVP_MGR_SHARED_SHARDS)
-_Static_assert(KVP_MGR_SHARDS <= 32, "shards_ever is a 32-bit map");
-struct mgr_shard {
-	kvp_cacheline_aligned _Atomic uint64_t creates;
-	_Atomic uint64_t frees, appends, forks, evictions, cows;
-	_Atomic uint64_t blocks_allocated, blocks_released;
-	_Atomic uint64_t sequences, tokens; /* deltas, wrapping */
-	_Atomic uint64_t prefix_queries, prefix_hits, prefix_commits;
-};
-/* The counters of a shard, creates first (stat_sum_all reads them as an
- * array). */
-#define STAT_FIELDS 13
-_Static_assert(sizeof(struct mgr_shard) >= STAT_FIELDS * sizeof(uint64_t) &&
-		       offsetof(struct mgr_shard, prefix_commits) ==
-			       (STAT_FIELDS - 1) * sizeof(uint64_t),
-	       "struct mgr_shard: STAT_FIELDS consecutive counters");
+#include "seqslab.h"
 
 struct kvp_manager {
 	/* Read-only after creation. */
@@ -123,92 +30,12 @@ struct kvp_manager {
 	float eviction_threshold, watermark;
 	uint32_t flags;
 	struct seqmap map;
-	/* The managers of the process, for kvp_manager_check (manager.c's
-	 * registry).  Synchronization: mgr_registry_lock. */
-	struct kvp_manager *registry_next;
-	/* Set (under mgr_registry_lock) when destruction starts: threads
-	 * then keep their stashed structs of it instead of handing them
-	 * back. */
-	bool dying;
-	/* Every slab of sequence structs: push-only (CAS), freed at
-	 * destruction. */
-	_Atomic(struct seq_slab *) slabs;
-	/* Recycled structs: a Treiber stack, pushed by RCU callbacks, popped
-	 * inside read-side sections (which rules out ABA: a popped struct
-	 * comes back only after a grace period). */
-	kvp_cacheline_aligned _Atomic(struct kvp_seq *) free_seqs;
-	/* Removed structs waiting for a batch grace period: push-only (CAS),
-	 * detached whole (exchange) by retire_push(), at most once per
-	 * KVP_RETIRE_PERIOD_NS unless KVP_RETIRE_MAX are waiting.
-	 * flushed_n and flushed_ns: nretired and the monotonic clock at the
-	 * last detach (relaxed: they only pace the detaches). */
-	kvp_cacheline_aligned _Atomic(struct kvp_seq *) retired;
-	_Atomic uint32_t nretired, flushed_n;
-	_Atomic uint64_t flushed_ns;
+	/* Its sequence structs: slabs, recycling, the registry (seqslab.c). */
+	struct seqslab seqs;
 	struct mgr_shard shards[KVP_MGR_SHARDS];
 	/* KVP_PREFIX_CACHE: the prefix cache (prefix.c's; zeroed and unused
 	 * otherwise). */
 	struct prefix_cache prefix;
 };
-
-/* This thread's shard: 1 + index, 0 = not yet assigned (owner only). */
-extern KVP_TLS unsigned kvp_stat_shard;
-
-/* This thread's statistics shard of m (assigns one on first use). */
-struct mgr_shard *mgr_shard(struct kvp_manager *m);
-
-/* Adds v to a counter of this thread's shard.  Relaxed: statistics. */
-static inline void mgr_stat_bump(_Atomic uint64_t *counter, uint64_t v)
-{
-	if (likely(kvp_stat_shard <= KVP_MGR_EXCL_SHARDS))
-		/* The shard's only writer: no read-modify-write needed. */
-		atomic_store_explicit(
-			counter,
-			atomic_load_explicit(counter, memory_order_relaxed) +
-				v,
-			memory_order_relaxed);
-	else
-		atomic_fetch_add_explicit(counter, v, memory_order_relaxed);
-}
-
-/* mgr_shard() runs first, as an argument: the shard is assigned. */
-#define mgr_stat_add(m, field, v)                                            \
-	mgr_stat_bump(&mgr_shard(m)->field, (uint64_t)(v))
-
-static inline void seq_lock(struct kvp_seq *s)
-{
-	unsigned spins = 0;
-
-	/* Acquire: pairs with seq_unlock()'s release. */
-	while (atomic_exchange_explicit(&s->lock, 1, memory_order_acquire)) {
-		while (atomic_load_explicit(&s->lock, memory_order_relaxed)) {
-			/* The holder may be descheduled (more threads than
-			 * cores): stop burning its CPU after a while. */
-			if (++spins > 64) {
-				sched_yield();
-				spins = 0;
-			} else {
-				kvp_cpu_relax();
-			}
-		}
-	}
-}
-
-static inline void seq_unlock(struct kvp_seq *s)
-{
-	atomic_store_explicit(&s->lock, 0, memory_order_release);
-}
-
-/*
- * Finds sequence id and returns it locked, or NULL if it is unknown or
- * being freed.  The caller needs no RCU section: the struct is type-stable
- * and the lock keeps it alive.
- */
-struct kvp_seq *seq_acquire(struct kvp_manager *m, uint64_t id);
-
-static inline uint32_t blocks_for(uint32_t tokens, uint32_t block_tokens)
-{
-	return tokens / block_tokens + (tokens % block_tokens != 0);
-}
 
 #endif /* KVP_MANAGER_H */

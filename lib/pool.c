@@ -1,5 +1,6 @@
 /*
  * pool.c - the block pool: creation, per-block state words, alloc and free.
+ * Floor 4 of lib/ (doc/architecture.md, "Layers").
  *
  * Correctness argument (block states).
  *

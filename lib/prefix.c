@@ -1,6 +1,7 @@
 /*
  * prefix.c - the prefix cache: each manager's table hash -> block, and the
  * pool's list of evictable cached blocks.
+ * Floor 5 of lib/ (doc/architecture.md, "Layers").
  *
  * Correctness argument.
  *

@@ -1,6 +1,6 @@
 /*
  * prefix.h - the prefix cache (layer 5, doc/architecture.md "Layers"): the
- * managers' hash -> block maps (used by manager.c), and the pool's
+ * managers' hash -> block maps (used by seqprefix.c), and the pool's
  * evictable cached blocks, which the pool reaches only through the
  * reclaimer hook prefix.c registers (pool.h).  The correctness argument
  * is in prefix.c.

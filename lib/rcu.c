@@ -1,5 +1,6 @@
 /*
  * rcu.c - automatic RCU registration of the library's caller threads.
+ * Floor 2 of lib/ (doc/architecture.md, "Layers").
  *
  * liburcu requires every thread with read-side sections to register, and
  * to unregister before it exits.  kvpool's callers need not know: the

@@ -1,6 +1,7 @@
 /*
  * rcu.h - liburcu (memb flavour) glue: automatic thread registration and
  * the ThreadSanitizer hand-offs liburcu's asm atomics hide.
+ * Floor 2 of lib/ (doc/architecture.md, "Layers").
  *
  * Read-side sections may nest and may block briefly (the memb flavour
  * allows it).  A node published into an RCU structure is announced with

@@ -1,16 +1,17 @@
 /*
  * seqmap.h - the map seq_id -> sequence: the library's own lock-free
  * open-addressing table (linear probing), RCU-protected.
+ * Floor 6 of lib/ (doc/architecture.md, "Layers").
  *
- * Values are opaque non-NULL pointers (manager.c stores its sequence
- * structs).  Lookups and iteration run inside an RCU read-side section
+ * Values are opaque non-NULL pointers (seqslab.c's sequence structs).
+ * Lookups and iteration run inside an RCU read-side section
  * (kvp_rcu_read_lock); insert and remove must run OUTSIDE one (they take
  * their own, and may wait for a rebuild, which waits for a grace period).
  * Insert and remove may race freely with each other and with lookups:
  * exactly one insert of an id wins while it is present, and one remove of
  * an entry succeeds.  The map never reads a value's memory, so a removed
- * value may be reused at once (manager.c validates what it finds under
- * the sequence's lock).
+ * value may be reused at once (seq_acquire validates what it finds
+ * under the sequence's lock).
  */
 #ifndef KVP_SEQMAP_H
 #define KVP_SEQMAP_H

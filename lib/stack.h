@@ -1,5 +1,6 @@
 /*
  * stack.h - the pool's global free stack: an index-based Treiber stack.
+ * Floor 2 of lib/ (doc/architecture.md, "Layers").
  *
  * Correctness argument.
  *

@@ -1,5 +1,6 @@
 /*
  * tcache.c - per-thread block caches: registry, thread exit, drains.
+ * Floor 3 of lib/ (doc/architecture.md, "Layers").
  *
  * Correctness argument.
  *

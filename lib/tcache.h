@@ -1,5 +1,6 @@
 /*
  * tcache.h - per-thread block caches (magazines) in front of the global stack.
+ * Floor 3 of lib/ (doc/architecture.md, "Layers").
  *
  * The owner thread allocates from and frees into its cache with plain loads
  * and stores on cache lines nobody else writes; a thread that finds the pool

@@ -1,5 +1,6 @@
 /*
  * tsan.h - ThreadSanitizer annotations, compiled to nothing without TSan.
+ * Floor 1 of lib/ (doc/architecture.md, "Layers").
  *
  * kvpool's own synchronisation is C11 atomics, which TSan understands.  Two
  * hand-offs are invisible to it and are annotated here:

@@ -1,0 +1,594 @@
+/*
+ * seq.c - the operations on sequences: create, append (copy-on-write),
+ * fork, free, truncate, StreamingLLM trim, priority, info, blocks (layer
+ * 8, doc/architecture.md "Layers": over seqslab.c, btable.c, mgrstat.c,
+ * prefix.c, pool.c and seqmap.c).
+ *
+ * Owns no struct: it changes struct kvp_seq (seqslab.h) under the
+ * sequence's lock, and its block table through btable.h.  It also owns
+ * the access clock (tick, touch) that the preemption policies read.
+ *
+ * Correctness argument.
+ *
+ * A sequence is found and locked through seq_acquire (seqslab.c: the
+ * structs are type-stable, a stale pointer is safe to lock and check).
+ *
+ * Free (and preemption, which is a free chosen by policy, preempt.c):
+ * under the lock, set dead; only the thread that flips dead from false to
+ * true goes on, so concurrent frees and preemptions free a victim once.
+ * It then removes the entry from the map, drops the block references (no
+ * one reads the table of a dead sequence) and recycles the struct at once
+ * (seq_release): threads that found it before the removal may still lock
+ * it, see dead or another id, and report -ENOENT.
+ *
+ * Fork against free of the source: fork takes one reference on each of the
+ * source's blocks while holding the source's lock and seeing it alive.  A
+ * free either set dead before (fork reports -ENOENT, takes nothing) or
+ * waits for the lock and drops only the source's own references: the fork's
+ * references keep every block alive.  The new sequence is inserted with
+ * seqmap_insert(); if the id is taken, the fork drops the references it
+ * took and reports -EEXIST.
+ *
+ * Append against fork of the same sequence are serialised by the lock, so
+ * either the fork sees the appended tokens and blocks or it does not.  The
+ * copy-on-write test reads the last block's reference count: while we hold
+ * the lock the count can only fall (other holders free), never rise (a new
+ * sharer would need our lock to fork), so at worst we copy a block that
+ * just stopped being shared, which is harmless.
+ *
+ * All or nothing: every call validates, then allocates everything it may
+ * need (table growth, blocks in one kvp_pool_alloc), and only then
+ * changes the sequence; a failure before that point frees what it
+ * allocated.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "alloc.h"
+#include "manager.h"
+#include "prefix.h"
+#include "rcu.h"
+#include "seq.h"
+
+/*
+ * The access clock.  One shared counter bumped on every access would be a
+ * cache line written by every thread on every append.  Instead each thread
+ * takes ticks in batches from a process-wide counter and hands them out
+ * locally; it takes a fresh batch when its batch is used up or when the
+ * shared counter has run more than KVP_TICK_SKEW ahead of it (other threads
+ * took many later ticks), so ticks are unique, strictly increasing within
+ * a thread, and ordered across threads to within KVP_TICK_SKEW.
+ */
+#define KVP_TICK_BATCH 256
+#define KVP_TICK_SKEW (4 * KVP_TICK_BATCH)
+static _Atomic uint64_t clock_base = 1; /* atomic */
+static KVP_TLS uint64_t tick_next, tick_end; /* owner thread only */
+
+static uint64_t tick(void)
+{
+	/* Relaxed: a logical clock orders accesses, it publishes nothing. */
+	uint64_t seen = atomic_load_explicit(&clock_base, memory_order_relaxed);
+
+	if (unlikely(tick_next >= tick_end || seen - tick_next > KVP_TICK_SKEW)) {
+		tick_next = atomic_fetch_add_explicit(&clock_base,
+						      KVP_TICK_BATCH,
+						      memory_order_relaxed);
+		tick_end = tick_next + KVP_TICK_BATCH;
+	}
+	return tick_next++;
+}
+
+/* Records an access under the sequence's lock. */
+static void touch(struct kvp_seq *s)
+{
+	atomic_store_explicit(&s->last_access, tick(), memory_order_relaxed);
+	atomic_store_explicit(
+		&s->access_count,
+		atomic_load_explicit(&s->access_count, memory_order_relaxed) +
+			1,
+		memory_order_relaxed);
+}
+
+/*
+ * Drops one reference on each of ids[0..n), last id first, so that the end
+ * of a chain is released before its head.  The ids are the caller's to
+ * reorder.
+ */
+static void release_blocks_park(struct kvp_manager *m, uint32_t *ids,
+				uint32_t n, uint32_t park)
+{
+	if (n == 0)
+		return;
+	for (uint32_t i = 0, j = n - 1; i < j; i++, j--) {
+		uint32_t t = ids[i];
+
+		ids[i] = ids[j];
+		ids[j] = t;
+	}
+	if (unlikely(pool_free_distinct(m->pool, ids, n, park) != 0)) {
+		/* Only if someone freed a manager's block behind its back
+		 * (every other block was still dropped). */
+		fprintf(stderr, "kvpool: a sequence's blocks were freed "
+				"outside the manager\n");
+	}
+	stat_add(m, blocks_released, n);
+}
+
+static void release_blocks(struct kvp_manager *m, uint32_t *ids, uint32_t n)
+{
+	release_blocks_park(m, ids, n, 0);
+}
+
+/* Removes a locked, live sequence; unlocks it.  See the argument above. */
+void seq_remove_locked(struct kvp_manager *m, struct kvp_seq *s)
+{
+	uint32_t tokens = seq_tokens(s), n,
+		 *ids = btable_truncate(&s->table, 0, &n),
+		 hits = s->hits < n ? s->hits : n;
+
+	atomic_store_explicit(&s->dead, true, memory_order_relaxed);
+	seq_unlock(s);
+	/* Unlocked: the map may wait for a rebuild, whose grace period
+	 * may wait for a reader spinning on our lock. */
+	if (!seqmap_remove(&m->map, s->id, s))
+		kvp_fatal("a live sequence was missing from its map");
+	/* The table is ours: nobody reads a dead sequence's table, and the
+	 * struct is reused only after seq_release(). */
+	/* Its hits, the chain's head, are what its thread may hit next:
+	 * their references may be parked. */
+	release_blocks_park(m, ids, n, hits);
+	stat_add(m, frees, 1);
+	stat_add(m, sequences, -1);
+	stat_add(m, tokens, -(int64_t)tokens);
+	seq_release(s);
+}
+
+/*
+ * Publishes s (dead, filled in) under its id; then brings it to life.
+ * Between the two, lookups find it dead and report -ENOENT: the create has
+ * not returned yet.  Returns 0, or -EEXIST if the id is taken or -ENOMEM
+ * (s unpublished).
+ */
+static int seq_publish(struct kvp_manager *m, struct kvp_seq *s)
+{
+	/* Read while s is ours: once published, a free may reuse it. */
+	uint64_t id = s->id;
+	int err = seqmap_insert(&m->map, id, s);
+
+	if (err)
+		return err;
+	seq_lock(s);
+	touch(s);
+	atomic_store_explicit(&s->dead, false, memory_order_relaxed);
+	seq_unlock(s);
+	/* The caller's next call on it (an append) needs no map lookup. */
+	seq_cache_note(m, id, s);
+	return 0;
+}
+
+/*
+ * Fills in a dead struct of ours for a new sequence.  No lock needed:
+ * other threads may lock it (a stale lookup-cache entry, a map reader of
+ * its last life), but a locker that sees it dead reads nothing else, and
+ * seq_publish's unlock after clearing dead orders these writes before any
+ * locker that sees it alive.
+ */
+static void seq_init(struct kvp_seq *s, uint64_t id, uint32_t tokens,
+		     int32_t priority, bool tail_shared,
+		     uint32_t committed, uint32_t hits, bool trimmed)
+{
+	s->id = id;
+	s->tail_shared = tail_shared;
+	s->committed = committed;
+	s->hits = hits;
+	s->trimmed = trimmed;
+	seq_set_tokens(s, tokens);
+	atomic_store_explicit(&s->priority, priority, memory_order_relaxed);
+	atomic_store_explicit(&s->access_count, 0, memory_order_relaxed);
+}
+
+static bool seq_exists(struct kvp_manager *m, uint64_t id)
+{
+	bool found;
+
+	kvp_rcu_read_lock();
+	found = seqmap_lookup(&m->map, id) != NULL;
+	kvp_rcu_read_unlock();
+	return found;
+}
+
+/*
+ * kvp_seq_create and kvp_seq_create_cached: a sequence of num_tokens whose
+ * first blocks are the cached ones for hashes[0..limit) (limit 0: none),
+ * the rest freshly allocated.  *hits receives the number of hit blocks.
+ * Hits are taken first, so that the allocation cannot evict them; on
+ * failure they are given back in place (prefix_unhit).
+ */
+int seq_create(struct kvp_manager *m, uint64_t id, uint32_t num_tokens,
+	       const struct kvp_hash *hashes, uint32_t limit, uint32_t *hits)
+{
+	struct kvp_seq *s;
+	uint32_t nb = blocks_for(num_tokens, m->block_tokens), h = 0, *ids;
+	int err = 0;
+
+	*hits = 0;
+	if (nb > m->pool->num_blocks)
+		return -ENOSPC;
+	if (seq_exists(m, id))
+		return -EEXIST;
+	s = seq_take(m);
+	if (!s)
+		return -ENOMEM;
+	/* The new table is filled in place. */
+	ids = btable_room(&s->table, nb);
+	if (!ids)
+		err = -ENOMEM;
+	if (!err && limit)
+		h = prefix_take(&m->prefix, hashes, limit, ids);
+	if (!err && nb > h)
+		err = kvp_pool_alloc(m->pool, nb - h, ids + h);
+	if (err) {
+		if (h)
+			prefix_unhit(m->pool, ids, h);
+		seq_release(s);
+		return err;
+	}
+	btable_extend(&s->table, nb);
+	seq_init(s, id, num_tokens, 0, false, h, h, false);
+	err = seq_publish(m, s);
+	if (err) {
+		/* Dead and ours: see seq_init. */
+		ids = btable_truncate(&s->table, 0, &nb);
+		if (h)
+			prefix_unhit(m->pool, ids, h);
+		if (nb > h)
+			(void)kvp_pool_free(m->pool, ids + h, nb - h);
+		seq_release(s);
+		return err;
+	}
+	stat_add(m, creates, 1);
+	stat_add(m, sequences, 1);
+	stat_add(m, tokens, num_tokens);
+	stat_add(m, blocks_allocated, nb - h);
+	*hits = h;
+	return 0;
+}
+
+KVP_API int kvp_seq_create(struct kvp_manager *m, uint64_t id,
+			   uint32_t num_tokens)
+{
+	uint32_t hits;
+
+	if (!m)
+		return -EINVAL;
+	return seq_create(m, id, num_tokens, NULL, 0, &hits);
+}
+
+/*
+ * A data-owning pool's side of copy-on-write: the first `tokens` rows of
+ * every layer's K and V (the rest of dst stays as allocated: zeroed under
+ * KVP_POOL_ZERO, never another sequence's rolled-back bytes).
+ */
+static void copy_block_data(struct kvp_pool *pool, uint32_t src, uint32_t dst,
+			    uint32_t tokens)
+{
+	unsigned char *from = kvp_block_data(pool, src);
+	unsigned char *to = kvp_block_data(pool, dst);
+	size_t stride = (size_t)pool->block_tokens * pool->row_bytes;
+
+	if (!from || !to)
+		return;
+	/* [layer][K,V] runs of block_tokens rows each. */
+	for (size_t run = 0; run < 2 * (size_t)pool->layout.num_layers; run++)
+		memcpy(to + run * stride, from + run * stride,
+		       (size_t)tokens * pool->row_bytes);
+}
+
+/* x / block_tokens and x % block_tokens: a shift and a mask for the
+ * usual powers of two (a division is tens of cycles on an append). */
+static inline uint32_t bt_div(const struct kvp_manager *m, uint32_t x)
+{
+	return m->bt_shift < 32 ? x >> m->bt_shift : x / m->block_tokens;
+}
+
+static inline uint32_t bt_mod(const struct kvp_manager *m, uint32_t x)
+{
+	return m->bt_shift < 32 ? x & (m->block_tokens - 1)
+				: x % m->block_tokens;
+}
+
+/* Sequence locked: the append itself, see kvp_seq_append. */
+static int append_locked(struct kvp_manager *m, struct kvp_seq *s,
+			 uint32_t n, struct kvp_copy *cow, uint32_t cow_cap,
+			 uint32_t *ncow)
+{
+	uint32_t tokens = seq_tokens(s), off = bt_mod(m, tokens), total, nb,
+		 grow, cows = 0, got[64], *fresh = got;
+	int err;
+
+	if (tokens > UINT32_MAX - n)
+		return -EINVAL;
+	total = tokens + n;
+	nb = bt_div(m, total) + (bt_mod(m, total) != 0);
+	grow = nb - btable_len(&s->table);
+	/* A shared, partially filled last block must be copied first.
+	 * pool_block_shared says why a stale look is safe. */
+	if (n && off && s->tail_shared) {
+		/* A cached block is shared with future hits too. */
+		if (pool_block_shared(m->pool, btable_last(&s->table)))
+			cows = 1;
+		else
+			s->tail_shared = false; /* the other holders left */
+	}
+	if (ncow)
+		*ncow = cows;
+	if (cows > cow_cap)
+		return -ENOSPC;
+	if (grow + cows == 0) {
+		seq_set_tokens(s, total);
+		touch(s);
+		return 0;
+	}
+	if (grow + cows > m->pool->num_blocks)
+		return -ENOSPC;
+	/* A grown table is kept if the allocation then fails: the next
+	 * append needs it too. */
+	if (btable_reserve(&s->table, nb))
+		return -ENOMEM;
+	if (grow + cows > KVP_ARRAY_SIZE(got)) {
+		fresh = kvp_malloc((grow + cows) * sizeof(*fresh));
+		if (!fresh)
+			return -ENOMEM;
+	}
+	err = kvp_pool_alloc(m->pool, grow + cows, fresh);
+	if (err)
+		goto out;
+	/* Nothing can fail from here on. */
+	if (cows) {
+		uint32_t src = btable_last(&s->table);
+
+		cow[0] = (struct kvp_copy){.src = src, .dst = fresh[0],
+					   .tokens = off};
+		copy_block_data(m->pool, src, fresh[0], off);
+		btable_set_last(&s->table, fresh[0]);
+		release_blocks(m, &src, 1);
+		stat_add(m, cows, 1);
+	}
+	btable_append(&s->table, fresh + cows, grow);
+	s->tail_shared = false; /* a fresh tail, or a private copy */
+	seq_set_tokens(s, total);
+	touch(s);
+	stat_add(m, blocks_allocated, grow + cows);
+out:
+	if (fresh != got)
+		kvp_free(fresh, (grow + cows) * sizeof(*fresh));
+	return err;
+}
+
+KVP_API int kvp_seq_append(struct kvp_manager *m, uint64_t id,
+			   uint32_t num_tokens, struct kvp_copy *cow,
+			   uint32_t cow_cap, uint32_t *ncow)
+{
+	struct kvp_seq *s;
+	int err;
+
+	if (!m || (!cow && cow_cap))
+		return -EINVAL;
+	if (ncow)
+		*ncow = 0;
+	s = seq_acquire(m, id);
+	if (!s)
+		return -ENOENT;
+	err = append_locked(m, s, num_tokens, cow, cow_cap, ncow);
+	seq_unlock(s);
+	if (!err) {
+		struct mgr_shard *sh = mgr_shard(m);
+
+		mgr_stat_bump(&sh->appends, 1);
+		mgr_stat_bump(&sh->tokens, num_tokens);
+	}
+	return err;
+}
+
+KVP_API int kvp_seq_fork(struct kvp_manager *m, uint64_t src, uint64_t dst)
+{
+	struct kvp_seq *s, *d;
+	uint32_t i = 0, nb, tokens, committed, hits, *ids;
+	int32_t priority;
+	bool trimmed;
+	int err = 0;
+
+	if (!m)
+		return -EINVAL;
+	if (seq_exists(m, dst)) /* dst == src lands here too */
+		return -EEXIST;
+	d = seq_take(m);
+	if (!d)
+		return -ENOMEM;
+	s = seq_acquire(m, src);
+	if (!s) {
+		seq_release(d);
+		return -ENOENT;
+	}
+	nb = btable_len(&s->table);
+	committed = s->committed;
+	hits = s->hits;
+	trimmed = s->trimmed;
+	err = btable_fork_copy(&d->table, &s->table);
+	for (i = 0; !err && i < nb; i++) {
+		err = kvp_block_ref(m->pool, btable_get(&d->table, i));
+		if (err)
+			break;
+	}
+	if (err) {
+		/* The i references we took are ours alone: safe to drop. */
+		ids = btable_truncate(&d->table, 0, &nb);
+		if (i)
+			(void)kvp_pool_free(m->pool, ids, i);
+		seq_unlock(s);
+		seq_release(d);
+		return err;
+	}
+	tokens = seq_tokens(s);
+	priority = atomic_load_explicit(&s->priority, memory_order_relaxed);
+	s->tail_shared = true;
+	touch(s);
+	seq_unlock(s);
+	seq_init(d, dst, tokens, priority, true, committed, hits, trimmed);
+	err = seq_publish(m, d);
+	if (err) {
+		/* Dead and ours: see seq_init. */
+		ids = btable_truncate(&d->table, 0, &nb);
+		if (nb)
+			(void)kvp_pool_free(m->pool, ids, nb);
+		seq_release(d);
+		return err;
+	}
+	stat_add(m, forks, 1);
+	stat_add(m, sequences, 1);
+	stat_add(m, tokens, tokens);
+	return 0;
+}
+
+KVP_API int kvp_seq_free(struct kvp_manager *m, uint64_t id)
+{
+	struct kvp_seq *s;
+
+	if (!m)
+		return -EINVAL;
+	s = seq_acquire(m, id);
+	if (!s)
+		return -ENOENT;
+	seq_remove_locked(m, s);
+	return 0;
+}
+
+KVP_API int kvp_seq_truncate(struct kvp_manager *m, uint64_t id,
+			     uint32_t num_tokens)
+{
+	struct kvp_seq *s;
+	uint32_t tokens, nb, *gone, ngone;
+	int err = 0;
+
+	if (!m)
+		return -EINVAL;
+	s = seq_acquire(m, id);
+	if (!s)
+		return -ENOENT;
+	tokens = seq_tokens(s);
+	if (num_tokens > tokens) {
+		err = -ERANGE;
+	} else {
+		nb = blocks_for(num_tokens, m->block_tokens);
+		gone = btable_truncate(&s->table, nb, &ngone);
+		release_blocks(m, gone, ngone);
+		/* The new last block may be one a fork shares, or cached. */
+		s->tail_shared = true;
+		if (s->committed > num_tokens / m->block_tokens)
+			s->committed = num_tokens / m->block_tokens;
+		if (s->hits > nb)
+			s->hits = nb;
+		seq_set_tokens(s, num_tokens);
+		touch(s);
+	}
+	seq_unlock(s);
+	if (!err)
+		stat_add(m, tokens, -(int64_t)(tokens - num_tokens));
+	return err;
+}
+
+KVP_API int kvp_seq_stream_trim(struct kvp_manager *m, uint64_t id,
+				uint32_t sink_tokens, uint32_t window_tokens,
+				uint32_t *evicted_tokens)
+{
+	struct kvp_seq *s;
+	uint32_t bt, tokens, keep_head, first_tail, gone = 0;
+
+	if (!m)
+		return -EINVAL;
+	bt = m->block_tokens;
+	s = seq_acquire(m, id);
+	if (!s)
+		return -ENOENT;
+	tokens = seq_tokens(s);
+	/* Blocks [0, keep_head) hold the sinks; blocks from first_tail on
+	 * hold the window; the whole blocks between go. */
+	keep_head = blocks_for(sink_tokens, bt);
+	first_tail = window_tokens >= tokens ? 0 : (tokens - window_tokens) / bt;
+	if (first_tail > keep_head) {
+		uint32_t n = first_tail - keep_head;
+
+		release_blocks(m, btable_cut(&s->table, keep_head, n), n);
+		s->tail_shared = true; /* conservative, as for truncate */
+		s->trimmed = true;
+		if (s->hits > keep_head)
+			s->hits = keep_head;
+		gone = n * bt;
+		seq_set_tokens(s, tokens - gone);
+	}
+	touch(s);
+	seq_unlock(s);
+	stat_add(m, tokens, -(int64_t)gone);
+	if (evicted_tokens)
+		*evicted_tokens = gone;
+	return 0;
+}
+
+KVP_API int kvp_seq_set_priority(struct kvp_manager *m, uint64_t id,
+				 int32_t priority)
+{
+	struct kvp_seq *s;
+
+	if (!m)
+		return -EINVAL;
+	s = seq_acquire(m, id);
+	if (s) {
+		atomic_store_explicit(&s->priority, priority,
+				      memory_order_relaxed);
+		seq_unlock(s);
+	}
+	return s ? 0 : -ENOENT;
+}
+
+KVP_API int kvp_seq_info(struct kvp_manager *m, uint64_t id,
+			 struct kvp_seq_info *info)
+{
+	struct kvp_seq *s;
+
+	if (!m || !info)
+		return -EINVAL;
+	s = seq_acquire(m, id);
+	if (s) {
+		info->num_tokens = seq_tokens(s);
+		info->num_blocks = btable_len(&s->table);
+		info->last_access = atomic_load_explicit(&s->last_access,
+							 memory_order_relaxed);
+		info->access_count = atomic_load_explicit(
+			&s->access_count, memory_order_relaxed);
+		info->priority =
+			atomic_load_explicit(&s->priority, memory_order_relaxed);
+		seq_unlock(s);
+	}
+	return s ? 0 : -ENOENT;
+}
+
+KVP_API int kvp_seq_blocks(struct kvp_manager *m, uint64_t id, uint32_t *ids,
+			   uint32_t cap, uint32_t *n)
+{
+	struct kvp_seq *s;
+	int err = 0;
+
+	if (!m || !n || (!ids && cap))
+		return -EINVAL;
+	s = seq_acquire(m, id);
+	if (!s)
+		return -ENOENT;
+	*n = btable_len(&s->table);
+	if (*n > cap)
+		err = -ENOSPC;
+	else
+		btable_copy_out(&s->table, 0, *n, ids);
+	seq_unlock(s);
+	return err;
+}
+

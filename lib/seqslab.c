@@ -1,0 +1,616 @@
+/*
+ * seqslab.c - sequence structs: slabs, recycling through per-thread
+ * stashes and RCU, the lookup cache, and the registry of managers (layer
+ * 7, doc/architecture.md "Layers": over seqmap.c, rcu.c, alloc.c and
+ * btable.c; the sequence operations in seq.c sit above it).
+ *
+ * Owns struct kvp_seq's life cycle (seqslab.h), struct seq_slab, struct
+ * seqslab, each thread's struct seq_thread (lookup cache and stashes),
+ * and the registry of live managers.
+ *
+ * Correctness argument.
+ *
+ * A sequence is found through the map (seqmap.c), which stores pointers
+ * to type-stable structs: a struct belongs to one manager and is freed
+ * only with it, so a pointer found stays safe to lock even if the
+ * sequence is removed and its struct reused meanwhile.  Every mutation
+ * and every consistent read of a sequence happens under its own lock,
+ * after checking `dead` and the id (seq_acquire).  A lookup that finds
+ * the struct dead or holding another id reports -ENOENT: the sequence
+ * was removed at some moment between the map read and the check.
+ *
+ * A removed struct is reused at once by its freeing thread (its stash:
+ * nobody but lockers checking `dead` reads a dead struct), and by other
+ * threads only through the free list after a grace period (retire_push),
+ * whose pops run inside read-side sections, which rules out ABA.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <string.h>
+#include <time.h>
+
+#include "alloc.h"
+#include "manager.h"
+#include "rcu.h"
+#include "seqslab.h"
+
+/* Puts a chain of structs, first..last linked through `link`, on the
+ * free list with one CAS; only the last one's link is written. */
+static void seq_free_push(struct kvp_manager *m, struct kvp_seq *first,
+			  struct kvp_seq *last)
+{
+	struct kvp_seq *top;
+
+	top = atomic_load_explicit(&m->seqs.free_seqs, memory_order_relaxed);
+	do
+		atomic_store_explicit(&last->link, top, memory_order_relaxed);
+	/* Release: the structs' last state happens before their reuse. */
+	while (!atomic_compare_exchange_weak_explicit(&m->seqs.free_seqs, &top,
+						      first,
+						      memory_order_release,
+						      memory_order_relaxed));
+}
+
+/*
+ * A new slab of dead, unpublished structs for m, on m's slab list (freed
+ * with m), or NULL.  Cache-line aligned, so that sequences of different
+ * threads never share a line.  The caller hands out its structs
+ * (seq_take: the first now, the others from this thread's stash for m).
+ */
+static struct seq_slab *slab_new(struct kvp_manager *m)
+{
+	struct seq_slab *slab =
+		kvp_malloc_aligned(_Alignof(struct seq_slab), sizeof(*slab));
+	struct seq_slab *head;
+
+	if (!slab)
+		return NULL;
+	memset(slab, 0, sizeof(*slab));
+	for (int i = 0; i < KVP_SEQ_SLAB; i++) {
+		struct kvp_seq *s = &slab->seqs[i];
+
+		btable_init(&s->table);
+		s->mgr = m;
+		atomic_init(&s->dead, true);
+	}
+	/* Push-only list: a plain CAS push, read only at destruction. */
+	head = atomic_load_explicit(&m->seqs.slabs, memory_order_relaxed);
+	do
+		slab->next = head;
+	while (!atomic_compare_exchange_weak_explicit(&m->seqs.slabs, &head,
+						      slab,
+						      memory_order_release,
+						      memory_order_relaxed));
+	return slab;
+}
+
+/* RCU callback: a batch of removed (or never published) structs, chained
+ * through `link`, becomes reusable: one splice onto the free list. */
+static void seq_recycle(struct rcu_head *head)
+{
+	struct kvp_seq *first = caa_container_of(head, struct kvp_seq, rcu);
+	struct kvp_seq *last = first, *next;
+
+	kvp_rcu_reclaim_head(head);
+	/* Relaxed: the batch was handed over with the call_rcu. */
+	while ((next = atomic_load_explicit(&last->link,
+					    memory_order_relaxed)))
+		last = next;
+	seq_free_push(first->mgr, first, last);
+	kvp_rcu_callback_done();
+}
+
+/* Hands every retired struct of m to one call_rcu. */
+void seqslab_flush(struct kvp_manager *m)
+{
+	/* Acquire: pairs with the release pushes of retire_push(). */
+	struct kvp_seq *batch = atomic_exchange_explicit(
+		&m->seqs.retired, NULL, memory_order_acquire);
+
+	if (batch)
+		kvp_rcu_call(&batch->rcu, seq_recycle);
+}
+
+#define KVP_RETIRE_BATCH 64u		  /* retirements between clock reads */
+#define KVP_RETIRE_PERIOD_NS 50000000ull /* 50 ms: <= 20 batches a second */
+#define KVP_RETIRE_MAX 16384u		  /* ... unless this many wait */
+
+static uint64_t coarse_now_ns(void)
+{
+	struct timespec ts;
+
+	/* The coarse clock is read from the vDSO: no system call. */
+	if (clock_gettime(CLOCK_MONOTONIC_COARSE, &ts) != 0)
+		return 0;
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/*
+ * Flushes m's retire list if the rationing below allows it: KVP_RETIRE_MAX
+ * structs wait since the last flush, or KVP_RETIRE_PERIOD_NS passed.
+ * now_n: m->seqs.nretired as the caller saw it.
+ */
+static void retire_paced(struct kvp_manager *m, uint32_t now_n)
+{
+	/* Relaxed: these only pace the batches (two threads may both flush:
+	 * the second detaches what is left, maybe nothing). */
+	uint32_t flushed_n =
+		atomic_load_explicit(&m->seqs.flushed_n, memory_order_relaxed);
+	uint64_t now = coarse_now_ns();
+
+	if (now_n - flushed_n < KVP_RETIRE_MAX &&
+	    now - atomic_load_explicit(&m->seqs.flushed_ns,
+				       memory_order_relaxed) <
+		    KVP_RETIRE_PERIOD_NS)
+		return;
+	atomic_store_explicit(&m->seqs.flushed_n, now_n, memory_order_relaxed);
+	atomic_store_explicit(&m->seqs.flushed_ns, now, memory_order_relaxed);
+	seqslab_flush(m);
+}
+
+/*
+ * Before m grows a slab: structs retired since the last flush (stashes
+ * handed back never flush: see retire_push) are flushed, as paced, so
+ * that they come back through the free list instead of waiting for m's
+ * destruction while new slabs pile up.
+ */
+static void retire_kick(struct kvp_manager *m)
+{
+	/* Relaxed: pacing only. */
+	uint32_t n =
+		atomic_load_explicit(&m->seqs.nretired, memory_order_relaxed);
+
+	if (n != atomic_load_explicit(&m->seqs.flushed_n, memory_order_relaxed))
+		retire_paced(m, n);
+}
+
+/*
+ * Hands a chain of n dead structs, first..last linked through `link`, back
+ * for reuse after a grace period (only the way to other threads needs one:
+ * the free list's pops rely on it, see seq_take).  Structs gather on the
+ * retire list (a push-only stack: pushing is ABA-safe) and are handed to
+ * call_rcu as one batch; the grace period starts at the call_rcu, after
+ * every struct of the batch was retired, so it covers all of them.
+ * kvp_manager_destroy flushes the rest.  With may_flush false the chain
+ * only waits for the next flush (a thread handing back its stash under
+ * the registry lock must not queue work on a manager being destroyed).
+ *
+ * Batches are rationed by time, not only by count: at most one per
+ * KVP_RETIRE_PERIOD_NS, unless KVP_RETIRE_MAX structs wait.  A grace
+ * period is cheap on an idle CPU but not when every CPU runs a thread of
+ * ours: liburcu's call_rcu thread then preempts one of them, often inside
+ * a read-side section, and loops on membarrier() (an IPI to every CPU of
+ * the process) until that thread runs again (the ChangeLog of 2026-11-22
+ * has the membarrier counts).  The price is memory: structs wait up to 50
+ * ms (or until KVP_RETIRE_MAX wait) instead of one grace period.
+ */
+static void retire_push(struct kvp_manager *m, struct kvp_seq *first,
+			struct kvp_seq *last, uint32_t n, bool may_flush)
+{
+	struct kvp_seq *top;
+	uint32_t old, now_n;
+
+	top = atomic_load_explicit(&m->seqs.retired, memory_order_relaxed);
+	do
+		atomic_store_explicit(&last->link, top, memory_order_relaxed);
+	/* Release: publishes the links to the detaching thread. */
+	while (!atomic_compare_exchange_weak_explicit(&m->seqs.retired, &top,
+						      first,
+						      memory_order_release,
+						      memory_order_relaxed));
+	/* Relaxed: a count that paces the batches. */
+	old = atomic_fetch_add_explicit(&m->seqs.nretired, n,
+					memory_order_relaxed);
+	now_n = old + n;
+	if (!may_flush || old / KVP_RETIRE_BATCH == now_n / KVP_RETIRE_BATCH)
+		return;
+	retire_paced(m, now_n);
+}
+
+/*
+ * Every live manager of the process, so that kvp_manager_check can count
+ * the references of all the managers that share a pool.  Creation and
+ * destruction only.
+ */
+static pthread_mutex_t mgr_registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct kvp_manager *mgr_registry; /* mgr_registry_lock */
+/* Managers removed from the registry so far.  Synchronization: written
+ * under mgr_registry_lock, read relaxed (a stash's snapshot of it). */
+static _Atomic uint64_t mgr_unregistered;
+
+void seqslab_register(struct kvp_manager *m)
+{
+	kvp_check_pthread(pthread_mutex_lock(&mgr_registry_lock));
+	m->seqs.registry_next = mgr_registry;
+	mgr_registry = m;
+	kvp_check_pthread(pthread_mutex_unlock(&mgr_registry_lock));
+}
+
+/* Whether m, with this uid, is registered.  mgr_registry_lock held. */
+static bool mgr_registered(struct kvp_manager *m, uint64_t uid)
+{
+	for (struct kvp_manager *o = mgr_registry; o; o = o->seqs.registry_next)
+		if (o == m)
+			return o->uid == uid;
+	return false;
+}
+
+void seqslab_unregister(struct kvp_manager *m)
+{
+	struct kvp_manager **pp;
+
+	kvp_check_pthread(pthread_mutex_lock(&mgr_registry_lock));
+	for (pp = &mgr_registry; *pp; pp = &(*pp)->seqs.registry_next) {
+		if (*pp == m) {
+			*pp = m->seqs.registry_next;
+			atomic_store_explicit(
+				&mgr_unregistered,
+				atomic_load_explicit(&mgr_unregistered,
+						     memory_order_relaxed) +
+					1,
+				memory_order_relaxed);
+			break;
+		}
+	}
+	kvp_check_pthread(pthread_mutex_unlock(&mgr_registry_lock));
+}
+
+/*
+ * Per-thread state of the sequence layer: one heap block per thread, made
+ * on first use and freed at thread exit (the library's TLS stays a few
+ * words: it may be loaded with dlopen).
+ *
+ * The lookup cache: id -> struct, direct-mapped, keyed by the manager's
+ * uid (never reused), so an entry of a destroyed manager never matches.
+ * A hit is confirmed under the struct's lock (not dead, same id); the
+ * struct being type-stable, a stale entry is only a miss.
+ *
+ * The stashes of free structs: a struct freed by a thread is taken again
+ * by that thread's next create or fork, at once and hot in its cache,
+ * with no atomic operation and no grace period (nothing but the owner and
+ * lockers checking `dead` reads a dead struct; the map never does).  A
+ * thread keeps one stash for each of up to KVP_STASHES managers
+ * (direct-mapped by uid) of at most KVP_STASH_MAX structs; beyond that,
+ * half goes to the manager's retire list.  A stash is handed back to its
+ * manager when its slot is needed for another manager and when the thread
+ * exits, under mgr_registry_lock and only if the manager is still
+ * registered and not dying (so never touching a destroyed manager); a
+ * destroyed manager's stashed structs went with its slabs and are only
+ * forgotten.
+ */
+#define SEQ_CACHE_SLOTS 1024
+struct seq_cache_entry {
+	uint64_t muid, id;
+	struct kvp_seq *s;
+};
+#define KVP_STASHES 4
+#define KVP_STASH_MAX 64u
+struct seq_stash {
+	uint64_t muid; /* 0: empty */
+	uint64_t unregistered; /* mgr_unregistered when m was set */
+	struct kvp_manager *m;
+	struct kvp_seq *head, *tail; /* linked through `link` */
+	uint32_t n;
+	/* The thread's slab of never-used structs for m, and its next one:
+	 * handed back with the stash, so that a thread that serves several
+	 * managers never abandons a slab's unused structs. */
+	struct seq_slab *fresh;
+	uint32_t fresh_next;
+};
+struct seq_thread {
+	struct seq_cache_entry cache[SEQ_CACHE_SLOTS];
+	struct seq_stash stashes[KVP_STASHES];
+};
+static KVP_TLS struct seq_thread *seq_thr; /* owner thread */
+static pthread_key_t seq_thr_key;
+static pthread_once_t seq_thr_once = PTHREAD_ONCE_INIT;
+
+static void stash_return(struct seq_stash *st);
+
+/* Thread exit: the stashes go back to their managers. */
+static void seq_thread_exit(void *arg)
+{
+	struct seq_thread *th = arg;
+
+	for (int i = 0; i < KVP_STASHES; i++)
+		stash_return(&th->stashes[i]);
+	kvp_free(th, sizeof(*th));
+	seq_thr = NULL;
+}
+
+static void seq_thr_key_create(void)
+{
+	kvp_check_pthread(pthread_key_create(&seq_thr_key, seq_thread_exit));
+}
+
+/* Makes this thread's state; NULL if out of memory (then every lookup goes
+ * to the map and every free to the retire list). */
+static __attribute__((noinline)) struct seq_thread *seq_thread_new(void)
+{
+	struct seq_thread *th;
+
+	kvp_check_pthread(pthread_once(&seq_thr_once, seq_thr_key_create));
+	th = kvp_calloc(1, sizeof(*th));
+	if (!th)
+		return NULL;
+	if (pthread_setspecific(seq_thr_key, th) != 0) {
+		kvp_free(th, sizeof(*th));
+		return NULL;
+	}
+	seq_thr = th;
+	return th;
+}
+
+/* This thread's state, or NULL (see seq_thread_new). */
+static inline struct seq_thread *seq_thread(void)
+{
+	return likely(seq_thr) ? seq_thr : seq_thread_new();
+}
+
+static struct seq_cache_entry *seq_cache_slot(uint64_t id)
+{
+	struct seq_thread *th = seq_thread();
+
+	if (unlikely(!th))
+		return NULL;
+	return &th->cache[(id ^ (id >> 10) ^ (id >> 20)) &
+			  (SEQ_CACHE_SLOTS - 1)];
+}
+
+/* Pushes the dead struct s on st's list (no limit: see seq_release). */
+static void stash_push(struct seq_stash *st, struct kvp_seq *s)
+{
+	/* Relaxed: the stash is ours alone. */
+	atomic_store_explicit(&s->link, st->head, memory_order_relaxed);
+	if (!st->head)
+		st->tail = s;
+	st->head = s;
+	st->n++;
+}
+
+/* Adds the unused structs of st's fresh slab to its list (dead and never
+ * published, as the stashed ones).  Its manager is alive. */
+static void stash_add_fresh(struct seq_stash *st)
+{
+	for (uint32_t i = KVP_SEQ_SLAB; st->fresh && i-- > st->fresh_next;)
+		stash_push(st, &st->fresh->seqs[i]);
+}
+
+/* Empties st, handing its structs back to its manager if it is alive. */
+static void stash_return(struct seq_stash *st)
+{
+	if (st->n || (st->fresh && st->fresh_next < KVP_SEQ_SLAB)) {
+		kvp_check_pthread(pthread_mutex_lock(&mgr_registry_lock));
+		/* No manager left the registry since m was set (and m was
+		 * registered then, being in use): registered still, with
+		 * no walk of the registry.  Only then are its structs
+		 * touched: a destroyed manager's went with its slabs. */
+		if ((atomic_load_explicit(&mgr_unregistered,
+					  memory_order_relaxed) ==
+			     st->unregistered ||
+		     mgr_registered(st->m, st->muid)) &&
+		    !st->m->seqs.dying) {
+			stash_add_fresh(st);
+			/* The tail kept, not found by a walk down the list:
+			 * its structs are cold by now, each link a miss. */
+			retire_push(st->m, st->head, st->tail, st->n, false);
+		}
+		kvp_check_pthread(pthread_mutex_unlock(&mgr_registry_lock));
+	}
+	*st = (struct seq_stash){0};
+}
+
+/* This thread's stash for m (emptied first if it held another's), or
+ * NULL if out of memory. */
+static struct seq_stash *stash_for(struct kvp_manager *m)
+{
+	struct seq_thread *th = seq_thread();
+	struct seq_stash *st;
+
+	if (unlikely(!th))
+		return NULL;
+	st = &th->stashes[m->uid % KVP_STASHES];
+	if (likely(st->muid == m->uid))
+		return st;
+	stash_return(st);
+	st->muid = m->uid;
+	st->m = m;
+	/* Relaxed: compared under mgr_registry_lock, where it is written;
+	 * a stale (lower) value only costs a walk. */
+	st->unregistered =
+		atomic_load_explicit(&mgr_unregistered, memory_order_relaxed);
+	return st;
+}
+
+/*
+ * Recycles a dead struct whose sequence was never published, or was
+ * removed from the map (its references dropped): into this thread's
+ * stash; half a full stash goes to the retire list.
+ */
+void seq_release(struct kvp_seq *s)
+{
+	struct seq_stash *st = stash_for(s->mgr);
+
+	if (unlikely(!st)) {
+		retire_push(s->mgr, s, s, 1, true);
+		return;
+	}
+	stash_push(st, s);
+	if (st->n > KVP_STASH_MAX) {
+		struct kvp_seq *first = st->head, *last = first;
+
+		for (uint32_t i = 1; i < KVP_STASH_MAX / 2; i++)
+			last = atomic_load_explicit(&last->link,
+						    memory_order_relaxed);
+		st->head = atomic_load_explicit(&last->link,
+						memory_order_relaxed);
+		st->n -= KVP_STASH_MAX / 2;
+		retire_push(s->mgr, first, last, KVP_STASH_MAX / 2, true);
+	}
+}
+
+/* A struct from this thread's stash for m, or NULL. */
+static struct kvp_seq *stash_take(struct kvp_manager *m)
+{
+	struct seq_stash *st;
+	struct kvp_seq *s;
+
+	if (unlikely(!seq_thr))
+		return NULL;
+	st = &seq_thr->stashes[m->uid % KVP_STASHES];
+	if (st->muid != m->uid || !st->head)
+		return NULL;
+	s = st->head;
+	st->head = atomic_load_explicit(&s->link, memory_order_relaxed);
+	if (!--st->n)
+		st->tail = NULL;
+	return s;
+}
+
+/* A never-used struct of this thread's fresh slab for m, or NULL. */
+static struct kvp_seq *fresh_take(struct kvp_manager *m)
+{
+	struct seq_stash *st;
+
+	if (unlikely(!seq_thr))
+		return NULL;
+	st = &seq_thr->stashes[m->uid % KVP_STASHES];
+	if (st->muid != m->uid || !st->fresh ||
+	    st->fresh_next >= KVP_SEQ_SLAB)
+		return NULL;
+	return &st->fresh->seqs[st->fresh_next++];
+}
+
+/* A struct of a new slab for m; the others become this thread's fresh
+ * slab for m.  NULL if out of memory. */
+static struct kvp_seq *seq_new(struct kvp_manager *m)
+{
+	struct seq_slab *slab = slab_new(m);
+	struct seq_stash *st;
+
+	if (!slab)
+		return NULL;
+	/* Without thread state the others wait, unused, for m's
+	 * destruction (only after a failed allocation). */
+	st = stash_for(m);
+	if (st) {
+		st->fresh = slab;
+		st->fresh_next = 1;
+	}
+	return &slab->seqs[0];
+}
+
+/*
+ * Returns an unpublished, dead struct of m (recycled, or new), or NULL if
+ * out of memory.  Pops run inside an RCU read-side section: a struct
+ * returns to the free list only through call_rcu, after every section
+ * that might have read it as the head ends, so the CAS cannot suffer ABA.
+ */
+struct kvp_seq *seq_take(struct kvp_manager *m)
+{
+	struct kvp_seq *s, *next;
+
+	/* This thread's last freed structs first (hot), then fresh ones
+	 * from its own slab: sequences of different threads then sit apart,
+	 * as separate allocations did. */
+	s = stash_take(m);
+	if (s)
+		return s;
+	s = fresh_take(m);
+	if (s)
+		return s;
+	kvp_rcu_read_lock();
+	/* Acquire: pairs with seq_recycle()'s release push. */
+	s = atomic_load_explicit(&m->seqs.free_seqs, memory_order_acquire);
+	while (s) {
+		/* Relaxed: if s was popped meanwhile, the CAS fails. */
+		next = atomic_load_explicit(&s->link, memory_order_relaxed);
+		if (atomic_compare_exchange_weak_explicit(
+			    &m->seqs.free_seqs, &s, next, memory_order_acquire,
+			    memory_order_acquire))
+			break;
+	}
+	kvp_rcu_read_unlock();
+	if (s)
+		return s;
+	retire_kick(m);
+	return seq_new(m);
+}
+
+/* Locks s if it holds live sequence id; false (unlocked) otherwise. */
+static bool seq_lock_live(struct kvp_seq *s, uint64_t id)
+{
+	seq_lock(s);
+	if (!atomic_load_explicit(&s->dead, memory_order_relaxed) &&
+	    s->id == id)
+		return true;
+	seq_unlock(s);
+	return false;
+}
+
+/* Remembers s, just published, in this thread's lookup cache. */
+void seq_cache_note(struct kvp_manager *m, uint64_t id, struct kvp_seq *s)
+{
+	struct seq_cache_entry *e = seq_cache_slot(id);
+
+	if (e)
+		*e = (struct seq_cache_entry){.muid = m->uid, .id = id, .s = s};
+}
+
+struct kvp_seq *seq_acquire(struct kvp_manager *m, uint64_t id)
+{
+	struct seq_cache_entry *e = seq_cache_slot(id);
+	struct kvp_seq *s;
+
+	if (e && e->muid == m->uid && e->id == id && seq_lock_live(e->s, id))
+		return e->s;
+	kvp_rcu_read_lock();
+	s = seqmap_lookup(&m->map, id);
+	if (s && !seq_lock_live(s, id))
+		s = NULL;
+	kvp_rcu_read_unlock();
+	if (s && e)
+		*e = (struct seq_cache_entry){.muid = m->uid, .id = id, .s = s};
+	return s;
+}
+
+
+void seqslab_init(struct seqslab *sl)
+{
+	atomic_init(&sl->slabs, NULL);
+	atomic_init(&sl->free_seqs, NULL);
+	atomic_init(&sl->retired, NULL);
+	atomic_init(&sl->nretired, 0);
+	atomic_init(&sl->flushed_n, 0);
+	atomic_init(&sl->flushed_ns, 0);
+}
+
+void seqslab_dying(struct kvp_manager *m)
+{
+	kvp_check_pthread(pthread_mutex_lock(&mgr_registry_lock));
+	m->seqs.dying = true;
+	kvp_check_pthread(pthread_mutex_unlock(&mgr_registry_lock));
+}
+
+void seqslab_fini(struct kvp_manager *m)
+{
+	struct seq_slab *slab, *next;
+
+	for (slab = atomic_load_explicit(&m->seqs.slabs, memory_order_acquire);
+	     slab; slab = next) {
+		next = slab->next;
+		for (int i = 0; i < KVP_SEQ_SLAB; i++)
+			btable_fini(&slab->seqs[i].table);
+		kvp_free_aligned(slab, _Alignof(struct seq_slab),
+				 sizeof(*slab));
+	}
+}
+
+void seqslab_each_manager(void (*fn)(struct kvp_manager *o, void *arg),
+			  void *arg)
+{
+	kvp_check_pthread(pthread_mutex_lock(&mgr_registry_lock));
+	for (struct kvp_manager *o = mgr_registry; o; o = o->seqs.registry_next)
+		fn(o, arg);
+	kvp_check_pthread(pthread_mutex_unlock(&mgr_registry_lock));
+}
