@@ -153,6 +153,11 @@ KVP_API int kvp_block_ref(struct kvp_pool *pool, uint32_t id);
 /*
  * Returns the number of references a block holds (0 = free) or -EINVAL /
  * -ERANGE.  A snapshot: exact only while nobody else changes the block.
+ * The references count holders, not sequences: a sequence's block table
+ * is a list of chunks of block ids that forks share, so a block in a
+ * chunk that two forks share has one reference (the chunk's), and the
+ * last block of each table, its tail, has one of its own.  References
+ * taken with kvp_pool_alloc and kvp_block_ref count one each.
  */
 KVP_API int kvp_block_refcount(struct kvp_pool *pool, uint32_t id);
 
@@ -376,7 +381,9 @@ KVP_API int kvp_seq_free(struct kvp_manager *m, uint64_t seq);
 /*
  * Rolls a sequence back to num_tokens tokens (<= its current count),
  * freeing the blocks no longer needed, last first.  Errors: -EINVAL,
- * -ENOENT, -ERANGE (num_tokens above the current count).
+ * -ENOENT, -ERANGE (num_tokens above the current count), -ENOMEM (host
+ * memory for a private copy of a block-table chunk that a fork shares;
+ * nothing changed).
  */
 KVP_API int kvp_seq_truncate(struct kvp_manager *m, uint64_t seq,
 			     uint32_t num_tokens);
@@ -387,7 +394,9 @@ KVP_API int kvp_seq_truncate(struct kvp_manager *m, uint64_t seq,
  * tokens, and frees the whole blocks between.  The sequence's token count
  * drops by the tokens freed, reported in *evicted_tokens (may be NULL;
  * always a multiple of block_tokens).  The partially filled last block is
- * always kept (window_tokens 0 keeps it too).  Errors: -EINVAL, -ENOENT.
+ * always kept (window_tokens 0 keeps it too).  Errors: -EINVAL, -ENOENT,
+ * -ENOMEM (host memory for a private copy of the table, needed only
+ * while a fork shares it; nothing changed).
  */
 KVP_API int kvp_seq_stream_trim(struct kvp_manager *m, uint64_t seq,
 				uint32_t sink_tokens, uint32_t window_tokens,
@@ -463,9 +472,10 @@ struct kvp_stats {
 	uint64_t evictions;	  /* sequences evicted */
 	uint64_t cow_copies;	  /* copy-on-write copies reported */
 	uint64_t blocks_allocated; /* blocks this manager took from the pool */
-	/* Block references this manager dropped (frees, rollbacks, trims,
-	 * copy-on-write); forks take references without allocating, so at
-	 * quiescence released = allocated + references forks took. */
+	/* Block-table entries this manager let go of (frees, rollbacks,
+	 * trims, copy-on-write); forks add entries without allocating, so
+	 * at quiescence released = allocated + the entries forks copied.
+	 * (A block shared by forks is freed by the last of them.) */
 	uint64_t blocks_released;
 	uint64_t blocks_used;	  /* pool-wide used blocks (all managers) */
 	uint64_t blocks_total;	  /* pool size */
@@ -496,10 +506,11 @@ KVP_API int kvp_manager_dump(struct kvp_manager *m, FILE *f);
 
 /*
  * Checks, at quiescence, the pool (kvp_pool_check) and every manager of
- * the pool: each sequence's table matches its token count, and each
- * block's reference count equals the number of block-table entries, across
- * all managers of the pool, that hold it (so references taken directly
- * with kvp_pool_alloc/kvp_block_ref outside managers count as errors).
+ * the pool: each sequence's table matches its token count, each shared
+ * chunk of a table is counted by exactly the tables that hold it, and each
+ * block's reference count equals its holders across all managers of the
+ * pool (see kvp_block_refcount; references taken directly with
+ * kvp_pool_alloc/kvp_block_ref outside managers count as errors).
  * Returns 0 if sound, -EFAULT (details on stderr), -EINVAL, -ENOMEM.
  */
 KVP_API int kvp_manager_check(struct kvp_manager *m);

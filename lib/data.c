@@ -76,7 +76,7 @@ static int move_rows(struct kvp_manager *m, uint64_t seq, uint32_t pos,
 	if (!in) {
 		memcpy(k, rk, pool->row_bytes);
 		memcpy(v, rv, pool->row_bytes);
-	} else if (pool_block_shared(pool, block)) {
+	} else if (btable_shared(&s->table, pool, pos / m->block_tokens)) {
 		/* While we hold the sequence's lock the count can only fall
 		 * (seq.c), so a block seen alone stays ours. */
 		err = -EBUSY;

@@ -208,7 +208,44 @@ KVP_API int kvp_manager_dump(struct kvp_manager *m, FILE *f)
 	return ferror(f) ? -EIO : 0;
 }
 
-/* kvp_manager_check: counts m's table entries per block; 0 or -EFAULT. */
+/* Live sequences of m, one at a time, for kvp_manager_check (quiescent). */
+#define for_each_live_seq(m, iter, s)                                        \
+	for ((s) = seqmap_first(&(m)->map, &(iter)); (s);                    \
+	     (s) = seqmap_next(&(m)->map, &(iter)))                          \
+		if (!atomic_load_explicit(&(s)->dead, memory_order_relaxed))
+
+/* kvp_manager_check: one sequence's table against its length and the
+ * pool's range; 0 or -EFAULT. */
+static int check_seq_table(struct kvp_manager *m, struct kvp_seq *s)
+{
+	uint32_t tokens = seq_tokens(s), nb = btable_len(&s->table);
+	int err = 0;
+
+	if (nb != blocks_for(tokens, m->block_tokens) ||
+	    !btable_valid(&s->table)) {
+		fprintf(stderr,
+			"kvp_manager_check: sequence %" PRIu64
+			" has %u tokens in %u blocks\n",
+			s->id, tokens, nb);
+		return -EFAULT;
+	}
+	for (uint32_t i = 0; i < nb; i++)
+		if (btable_get(&s->table, i) >= m->pool->num_blocks) {
+			fprintf(stderr,
+				"kvp_manager_check: sequence %" PRIu64
+				" holds block %u out of range\n",
+				s->id, btable_get(&s->table, i));
+			err = -EFAULT;
+		}
+	return err;
+}
+
+/*
+ * kvp_manager_check: adds the holders of each block in m's tables to
+ * counts[] (a chunk that several tables share counts once, btable.h),
+ * and checks each chunk's count against the tables that hold it; 0 or
+ * -EFAULT.
+ */
 static int check_manager_tables(struct kvp_manager *m, uint32_t *counts)
 {
 	struct seqmap_iter iter;
@@ -216,33 +253,23 @@ static int check_manager_tables(struct kvp_manager *m, uint32_t *counts)
 	int err = 0;
 
 	kvp_rcu_read_lock();
-	for (s = seqmap_first(&m->map, &iter); s;
-	     s = seqmap_next(&m->map, &iter)) {
-		uint32_t tokens = seq_tokens(s), nb = btable_len(&s->table);
-
-		if (atomic_load_explicit(&s->dead, memory_order_relaxed))
-			continue;
-		if (nb != blocks_for(tokens, m->block_tokens) ||
-		    !btable_valid(&s->table)) {
-			fprintf(stderr,
-				"kvp_manager_check: sequence %" PRIu64
-				" has %u tokens in %u blocks\n",
-				s->id, tokens, nb);
+	for_each_live_seq(m, iter, s)
+		if (check_seq_table(m, s))
 			err = -EFAULT;
-		}
-		for (uint32_t i = 0; i < nb; i++) {
-			uint32_t b = btable_get(&s->table, i);
-
-			if (b >= m->pool->num_blocks) {
+	if (!err) {
+		for_each_live_seq(m, iter, s)
+			btable_check_begin(&s->table);
+		for_each_live_seq(m, iter, s)
+			btable_check_count(&s->table, counts);
+		for_each_live_seq(m, iter, s)
+			if (!btable_check_end(&s->table)) {
 				fprintf(stderr,
 					"kvp_manager_check: sequence %" PRIu64
-					" holds block %u out of range\n",
-					s->id, b);
+					" shares a chunk whose count is not "
+					"its holders'\n",
+					s->id);
 				err = -EFAULT;
-				continue;
 			}
-			counts[b]++;
-		}
 	}
 	kvp_rcu_read_unlock();
 	return err;
@@ -306,7 +333,7 @@ KVP_API int kvp_manager_check(struct kvp_manager *m)
 		if (bad++ < 10)
 			fprintf(stderr,
 				"kvp_manager_check: block %u has %d references "
-				"but %u block-table entries\n",
+				"but %u holders\n",
 				b, refs, counts[b]);
 		err = -EFAULT;
 	}

@@ -155,6 +155,12 @@ static inline void pool_block_prefetch_w(const struct kvp_pool *pool,
 	kvp_prefetch_w(&pool->state[id]);
 }
 
+/* ref: one more reference on a held block: 0, -EALREADY, -EOVERFLOW. */
+static inline int pool_block_ref(struct kvp_pool *pool, uint32_t id)
+{
+	return bstate_ref(&pool->state[id]);
+}
+
 static inline bool pool_block_revive(struct kvp_pool *pool, uint32_t id,
 				     uint32_t *was)
 {

@@ -90,41 +90,54 @@ static void touch(struct kvp_seq *s)
 }
 
 /*
- * Drops one reference on each of ids[0..n), last id first, so that the end
- * of a chain is released before its head.  The ids are the caller's to
- * reorder.
+ * Drops one reference on each of ids[0..n), in that order (the end of a
+ * chain before its head), parking those on the cached blocks among the
+ * last `park` (pool.c, "Parked references").
  */
-static void release_blocks_park(struct kvp_manager *m, uint32_t *ids,
-				uint32_t n, uint32_t park)
+static void release_in_order(struct kvp_manager *m, uint32_t *ids,
+			     uint32_t n, uint32_t park)
 {
 	if (n == 0)
 		return;
-	for (uint32_t i = 0, j = n - 1; i < j; i++, j--) {
-		uint32_t t = ids[i];
-
-		ids[i] = ids[j];
-		ids[j] = t;
-	}
 	if (unlikely(pool_free_distinct(m->pool, ids, n, park) != 0)) {
 		/* Only if someone freed a manager's block behind its back
 		 * (every other block was still dropped). */
 		fprintf(stderr, "kvpool: a sequence's blocks were freed "
 				"outside the manager\n");
 	}
-	stat_add(m, blocks_released, n);
 }
 
-static void release_blocks(struct kvp_manager *m, uint32_t *ids, uint32_t n)
+/* A table's sink (btable.h) hands its blocks, already last first, here. */
+static void release_sunk(void *ctx, uint32_t *ids, uint32_t n)
 {
-	release_blocks_park(m, ids, n, 0);
+	release_in_order(ctx, ids, n, 0);
+}
+
+/* A sink that drops the references and counts nothing (a failed call). */
+static void sink_quiet(void *ctx, uint32_t *ids, uint32_t n)
+{
+	(void)pool_free_distinct(ctx, ids, n, 0);
+}
+
+/* A sink for a table whose references the caller gives back itself. */
+static void sink_discard(void *ctx, uint32_t *ids, uint32_t n)
+{
+	(void)ctx;
+	(void)ids;
+	(void)n;
+}
+
+static void sink_init(struct btable_sink *sk, struct kvp_manager *m)
+{
+	btable_sink_init(sk, release_sunk, m);
 }
 
 /* Removes a locked, live sequence; unlocks it.  See the argument above. */
 void seq_remove_locked(struct kvp_manager *m, struct kvp_seq *s)
 {
-	uint32_t tokens = seq_tokens(s), n,
-		 *ids = btable_truncate(&s->table, 0, &n),
-		 hits = s->hits < n ? s->hits : n;
+	uint32_t tokens = seq_tokens(s), hits = s->hits,
+		 nb = btable_len(&s->table);
+	struct btable_sink sk;
 
 	atomic_store_explicit(&s->dead, true, memory_order_relaxed);
 	seq_unlock(s);
@@ -134,9 +147,14 @@ void seq_remove_locked(struct kvp_manager *m, struct kvp_seq *s)
 		kvp_fatal("a live sequence was missing from its map");
 	/* The table is ours: nobody reads a dead sequence's table, and the
 	 * struct is reused only after seq_release(). */
-	/* Its hits, the chain's head, are what its thread may hit next:
-	 * their references may be parked. */
-	release_blocks_park(m, ids, n, hits);
+	sink_init(&sk, m);
+	btable_release(&s->table, &sk);
+	/* Its hits, the chain's head, come last: what its thread may hit
+	 * next, their references may be parked. */
+	release_in_order(m, sk.ids, sk.n, hits < sk.n ? hits : sk.n);
+	/* Table entries: a shared chunk's blocks are dropped by the last
+	 * of its holders (btable.h), kvpool.h's count is of entries. */
+	stat_add(m, blocks_released, nb);
 	stat_add(m, frees, 1);
 	stat_add(m, sequences, -1);
 	stat_add(m, tokens, -(int64_t)tokens);
@@ -208,7 +226,9 @@ int seq_create(struct kvp_manager *m, uint64_t id, uint32_t num_tokens,
 	       const struct kvp_hash *hashes, uint32_t limit, uint32_t *hits)
 {
 	struct kvp_seq *s;
-	uint32_t nb = blocks_for(num_tokens, m->block_tokens), h = 0, *ids;
+	uint32_t nb = blocks_for(num_tokens, m->block_tokens), h = 0;
+	uint32_t onstack[256], *ids = onstack;
+	struct btable_sink sk;
 	int err = 0;
 
 	*hits = 0;
@@ -219,10 +239,14 @@ int seq_create(struct kvp_manager *m, uint64_t id, uint32_t num_tokens,
 	s = seq_take(m);
 	if (!s)
 		return -ENOMEM;
-	/* The new table is filled in place. */
-	ids = btable_room(&s->table, nb);
-	if (!ids)
+	/* The ids are gathered first (hits, then the allocation), then
+	 * handed to the table, whose room is made before anything is
+	 * taken. */
+	if (nb > KVP_ARRAY_SIZE(onstack) &&
+	    !(ids = kvp_malloc((size_t)nb * sizeof(*ids))))
 		err = -ENOMEM;
+	if (!err)
+		err = btable_reserve(&s->table, nb);
 	if (!err && limit)
 		h = prefix_take(&m->prefix, hashes, limit, ids);
 	if (!err && nb > h)
@@ -230,28 +254,34 @@ int seq_create(struct kvp_manager *m, uint64_t id, uint32_t num_tokens,
 	if (err) {
 		if (h)
 			prefix_unhit(m->pool, ids, h);
-		seq_release(s);
-		return err;
+		goto out;
 	}
-	btable_extend(&s->table, nb);
+	sink_init(&sk, m);
+	btable_append(&s->table, m->pool, ids, nb, &sk);
 	seq_init(s, id, num_tokens, 0, false, h, h, false);
 	err = seq_publish(m, s);
 	if (err) {
-		/* Dead and ours: see seq_init. */
-		ids = btable_truncate(&s->table, 0, &nb);
+		/* Dead and ours: see seq_init.  The table's chunks are
+		 * ours alone; the references go back through ids[]. */
+		btable_sink_init(&sk, sink_discard, NULL);
+		btable_release(&s->table, &sk);
 		if (h)
 			prefix_unhit(m->pool, ids, h);
 		if (nb > h)
 			(void)kvp_pool_free(m->pool, ids + h, nb - h);
-		seq_release(s);
-		return err;
+		goto out;
 	}
 	stat_add(m, creates, 1);
 	stat_add(m, sequences, 1);
 	stat_add(m, tokens, num_tokens);
 	stat_add(m, blocks_allocated, nb - h);
 	*hits = h;
-	return 0;
+out:
+	if (err)
+		seq_release(s);
+	if (ids != onstack)
+		kvp_free(ids, (size_t)nb * sizeof(*ids));
+	return err;
 }
 
 KVP_API int kvp_seq_create(struct kvp_manager *m, uint64_t id,
@@ -351,10 +381,17 @@ static int append_locked(struct kvp_manager *m, struct kvp_seq *s,
 					   .tokens = off};
 		copy_block_data(m->pool, src, fresh[0], off);
 		btable_set_last(&s->table, fresh[0]);
-		release_blocks(m, &src, 1);
+		release_in_order(m, &src, 1, 0);
+		stat_add(m, blocks_released, 1);
 		stat_add(m, cows, 1);
 	}
-	btable_append(&s->table, fresh + cows, grow);
+	if (grow) {
+		struct btable_sink sk;
+
+		sink_init(&sk, m);
+		btable_append(&s->table, m->pool, fresh + cows, grow, &sk);
+		btable_sink_flush(&sk);
+	}
 	s->tail_shared = false; /* a fresh tail, or a private copy */
 	seq_set_tokens(s, total);
 	touch(s);
@@ -393,7 +430,7 @@ KVP_API int kvp_seq_append(struct kvp_manager *m, uint64_t id,
 KVP_API int kvp_seq_fork(struct kvp_manager *m, uint64_t src, uint64_t dst)
 {
 	struct kvp_seq *s, *d;
-	uint32_t i = 0, nb, tokens, committed, hits, *ids;
+	uint32_t tokens, committed, hits;
 	int32_t priority;
 	bool trimmed;
 	int err = 0;
@@ -410,21 +447,11 @@ KVP_API int kvp_seq_fork(struct kvp_manager *m, uint64_t src, uint64_t dst)
 		seq_release(d);
 		return -ENOENT;
 	}
-	nb = btable_len(&s->table);
 	committed = s->committed;
 	hits = s->hits;
 	trimmed = s->trimmed;
-	err = btable_fork_copy(&d->table, &s->table);
-	for (i = 0; !err && i < nb; i++) {
-		err = kvp_block_ref(m->pool, btable_get(&d->table, i));
-		if (err)
-			break;
-	}
+	err = btable_fork(&d->table, &s->table, m->pool);
 	if (err) {
-		/* The i references we took are ours alone: safe to drop. */
-		ids = btable_truncate(&d->table, 0, &nb);
-		if (i)
-			(void)kvp_pool_free(m->pool, ids, i);
 		seq_unlock(s);
 		seq_release(d);
 		return err;
@@ -437,10 +464,13 @@ KVP_API int kvp_seq_fork(struct kvp_manager *m, uint64_t src, uint64_t dst)
 	seq_init(d, dst, tokens, priority, true, committed, hits, trimmed);
 	err = seq_publish(m, d);
 	if (err) {
-		/* Dead and ours: see seq_init. */
-		ids = btable_truncate(&d->table, 0, &nb);
-		if (nb)
-			(void)kvp_pool_free(m->pool, ids, nb);
+		/* Dead and ours: see seq_init.  Its references go back
+		 * unseen by the statistics (a failed call moves none). */
+		struct btable_sink sk;
+
+		btable_sink_init(&sk, sink_quiet, m->pool);
+		btable_release(&d->table, &sk);
+		btable_sink_flush(&sk);
 		seq_release(d);
 		return err;
 	}
@@ -467,8 +497,9 @@ KVP_API int kvp_seq_truncate(struct kvp_manager *m, uint64_t id,
 			     uint32_t num_tokens)
 {
 	struct kvp_seq *s;
-	uint32_t tokens, nb, *gone, ngone;
-	int err = 0;
+	struct btable_sink sk;
+	uint32_t tokens, nb, n0;
+	int err;
 
 	if (!m)
 		return -EINVAL;
@@ -477,11 +508,16 @@ KVP_API int kvp_seq_truncate(struct kvp_manager *m, uint64_t id,
 		return -ENOENT;
 	tokens = seq_tokens(s);
 	if (num_tokens > tokens) {
-		err = -ERANGE;
-	} else {
-		nb = blocks_for(num_tokens, m->block_tokens);
-		gone = btable_truncate(&s->table, nb, &ngone);
-		release_blocks(m, gone, ngone);
+		seq_unlock(s);
+		return -ERANGE;
+	}
+	nb = blocks_for(num_tokens, m->block_tokens);
+	n0 = btable_len(&s->table);
+	sink_init(&sk, m);
+	err = btable_truncate(&s->table, m->pool, nb, &sk);
+	btable_sink_flush(&sk);
+	if (!err) {
+		stat_add(m, blocks_released, n0 - nb);
 		/* The new last block may be one a fork shares, or cached. */
 		s->tail_shared = true;
 		if (s->committed > num_tokens / m->block_tokens)
@@ -517,8 +553,17 @@ KVP_API int kvp_seq_stream_trim(struct kvp_manager *m, uint64_t id,
 	first_tail = window_tokens >= tokens ? 0 : (tokens - window_tokens) / bt;
 	if (first_tail > keep_head) {
 		uint32_t n = first_tail - keep_head;
+		struct btable_sink sk;
+		int err;
 
-		release_blocks(m, btable_cut(&s->table, keep_head, n), n);
+		sink_init(&sk, m);
+		err = btable_cut(&s->table, m->pool, keep_head, n, &sk);
+		btable_sink_flush(&sk);
+		if (err) {
+			seq_unlock(s);
+			return err;
+		}
+		stat_add(m, blocks_released, n);
 		s->tail_shared = true; /* conservative, as for truncate */
 		s->trimmed = true;
 		if (s->hits > keep_head)

@@ -756,8 +756,10 @@ START_TEST(test_seq_fork_enomem)
 	}
 	ck_assert_uint_lt(skip, MAX_FAULT_STEPS);
 	ck_assert_uint_gt(enomem, 0);
+	/* Holders: one chunk both tables share, and the shared tail. */
 	for (i = 0; i < n; i++)
-		ck_assert_int_eq(kvp_block_refcount(p, ids[i]), 2);
+		ck_assert_int_eq(kvp_block_refcount(p, ids[i]),
+				 i + 1 < n ? 1 : 2);
 	finish(m, p);
 }
 END_TEST
