@@ -113,12 +113,6 @@ static void release_sunk(void *ctx, uint32_t *ids, uint32_t n)
 	release_in_order(ctx, ids, n, 0);
 }
 
-/* A sink that drops the references and counts nothing (a failed call). */
-static void sink_quiet(void *ctx, uint32_t *ids, uint32_t n)
-{
-	(void)pool_free_distinct(ctx, ids, n, 0);
-}
-
 /* A sink for a table whose references the caller gives back itself. */
 static void sink_discard(void *ctx, uint32_t *ids, uint32_t n)
 {
@@ -167,21 +161,36 @@ void seq_remove_locked(struct kvp_manager *m, struct kvp_seq *s)
  * not returned yet.  Returns 0, or -EEXIST if the id is taken or -ENOMEM
  * (s unpublished).
  */
-static int seq_publish(struct kvp_manager *m, struct kvp_seq *s)
+static void seq_bring_alive(struct kvp_manager *m, struct kvp_seq *s)
 {
-	/* Read while s is ours: once published, a free may reuse it. */
+	/* Read while s is ours: once alive, a free may reuse it. */
 	uint64_t id = s->id;
-	int err = seqmap_insert(&m->map, id, s);
 
-	if (err)
-		return err;
 	seq_lock(s);
 	touch(s);
 	atomic_store_explicit(&s->dead, false, memory_order_relaxed);
 	seq_unlock(s);
 	/* The caller's next call on it (an append) needs no map lookup. */
 	seq_cache_note(m, id, s);
+}
+
+static int seq_publish(struct kvp_manager *m, struct kvp_seq *s)
+{
+	int err = seqmap_insert(&m->map, s->id, s);
+
+	if (err)
+		return err;
+	seq_bring_alive(m, s);
 	return 0;
+}
+
+/* Takes s, published dead and never brought to life, out of the map and
+ * gives it back.  No sequence lock held (seqmap_remove may wait). */
+static void seq_unpublish(struct kvp_manager *m, struct kvp_seq *s)
+{
+	if (!seqmap_remove(&m->map, s->id, s))
+		kvp_fatal("a sequence being created was missing from its map");
+	seq_release(s);
 }
 
 /*
@@ -437,14 +446,22 @@ KVP_API int kvp_seq_fork(struct kvp_manager *m, uint64_t src, uint64_t dst)
 
 	if (!m)
 		return -EINVAL;
-	if (seq_exists(m, dst)) /* dst == src lands here too */
-		return -EEXIST;
 	d = seq_take(m);
 	if (!d)
 		return -ENOMEM;
+	/* dst is published first, dead (finders see -ENOENT until it comes
+	 * to life), so that a taken dst, src itself included, fails before
+	 * anything changes, with no lookup of its own.  A dead struct's
+	 * lockers read nothing but `dead` and its id. */
+	d->id = dst;
+	err = seqmap_insert(&m->map, dst, d);
+	if (err) {
+		seq_release(d);
+		return err;
+	}
 	s = seq_acquire(m, src);
 	if (!s) {
-		seq_release(d);
+		seq_unpublish(m, d);
 		return -ENOENT;
 	}
 	committed = s->committed;
@@ -453,7 +470,7 @@ KVP_API int kvp_seq_fork(struct kvp_manager *m, uint64_t src, uint64_t dst)
 	err = btable_fork(&d->table, &s->table, m->pool);
 	if (err) {
 		seq_unlock(s);
-		seq_release(d);
+		seq_unpublish(m, d);
 		return err;
 	}
 	tokens = seq_tokens(s);
@@ -462,18 +479,7 @@ KVP_API int kvp_seq_fork(struct kvp_manager *m, uint64_t src, uint64_t dst)
 	touch(s);
 	seq_unlock(s);
 	seq_init(d, dst, tokens, priority, true, committed, hits, trimmed);
-	err = seq_publish(m, d);
-	if (err) {
-		/* Dead and ours: see seq_init.  Its references go back
-		 * unseen by the statistics (a failed call moves none). */
-		struct btable_sink sk;
-
-		btable_sink_init(&sk, sink_quiet, m->pool);
-		btable_release(&d->table, &sk);
-		btable_sink_flush(&sk);
-		seq_release(d);
-		return err;
-	}
+	seq_bring_alive(m, d);
 	stat_add(m, forks, 1);
 	stat_add(m, sequences, 1);
 	stat_add(m, tokens, tokens);
