@@ -155,6 +155,25 @@ static void sink_put(struct btable_sink *sk, uint32_t id)
 	sk->ids[sk->n++] = id;
 }
 
+/* Puts ids[n - 1], ..., ids[0] (last first). */
+static void sink_put_rev(struct btable_sink *sk, const uint32_t *ids,
+			 uint32_t n)
+{
+	while (n) {
+		uint32_t room = KVP_ARRAY_SIZE(sk->ids) - sk->n, take;
+
+		if (!room) {
+			btable_sink_flush(sk);
+			continue;
+		}
+		take = n < room ? n : room;
+		for (uint32_t j = 0; j < take; j++)
+			sk->ids[sk->n + j] = ids[n - 1 - j];
+		sk->n += take;
+		n -= take;
+	}
+}
+
 /* ---- chunk references ----------------------------------------------- */
 
 static bool chunk_shared(const struct btchunk *c)
@@ -176,8 +195,7 @@ static void chunk_put(struct btchunk *c, struct btable_sink *sk)
 					      memory_order_acq_rel) != 1)
 			return;
 	}
-	for (uint32_t i = c->n; i-- > 0;)
-		sink_put(sk, c->ids[i]);
+	sink_put_rev(sk, c->ids, c->n);
 	chunk_free(c);
 }
 
@@ -292,31 +310,45 @@ int btable_reserve(struct btable *t, uint32_t need)
 	return chunks_reserve(fresh);
 }
 
-/* Puts id, held by the caller, at position t->n - 1 of the chunks (the
- * old tail moving in); btable_reserve() made the chunks ready. */
-static void chunks_push(struct btable *t, struct kvp_pool *pool, uint32_t id,
-			struct btable_sink *sk)
+/*
+ * Puts ids[0..k), held by the caller, at chunk positions m, m + 1, ...
+ * (a run of a table's pushes), a chunk's worth at a time: a new chunk
+ * where one starts, the last one copied first if it is shared.
+ * btable_reserve() made the chunks ready.
+ */
+static void chunks_push(struct btable *t, struct kvp_pool *pool, uint32_t m,
+			const uint32_t *ids, uint32_t k, struct btable_sink *sk)
 {
-	uint32_t pos = t->n - 1, k = pos / BT_K;
-	struct btchunk **cp = &t->chunks[k];
+	while (k) {
+		uint32_t o = m % BT_K, take = BT_K - o;
+		struct btchunk **cp = &t->chunks[m / BT_K];
 
-	if (pos % BT_K == 0) {
-		*cp = chunk_new();
-	} else if (chunk_shared(*cp)) {
-		chunk_unshare(cp, (*cp)->n, pool, sk);
+		if (take > k)
+			take = k;
+		if (o == 0)
+			*cp = chunk_new();
+		else if (chunk_shared(*cp))
+			chunk_unshare(cp, (*cp)->n, pool, sk);
+		memcpy((*cp)->ids + o, ids, (size_t)take * sizeof(*ids));
+		(*cp)->n = (uint16_t)(o + take);
+		m += take;
+		ids += take;
+		k -= take;
 	}
-	(*cp)->ids[(*cp)->n++] = id;
 }
 
 void btable_append(struct btable *t, struct kvp_pool *pool,
 		   const uint32_t *ids, uint32_t n, struct btable_sink *sk)
 {
-	for (uint32_t i = 0; i < n; i++) {
-		if (t->n)
-			chunks_push(t, pool, t->tail, sk);
-		t->tail = ids[i];
-		t->n++;
-	}
+	uint32_t m = t->n ? t->n - 1 : 0; /* chunk positions in use */
+
+	if (!n)
+		return;
+	if (t->n) /* the old tail moves into the chunks */
+		chunks_push(t, pool, m++, &t->tail, 1, sk);
+	chunks_push(t, pool, m, ids, n - 1, sk);
+	t->tail = ids[n - 1];
+	t->n += n;
 }
 
 void btable_release(struct btable *t, struct btable_sink *sk)
