@@ -155,6 +155,14 @@ static void sink_put(struct btable_sink *sk, uint32_t id)
 	sk->ids[sk->n++] = id;
 }
 
+/* dst[0..n) = src[n - 1], ..., src[0]. */
+static inline void reverse_copy(uint32_t *restrict dst,
+				const uint32_t *restrict src, uint32_t n)
+{
+	for (uint32_t j = 0; j < n; j++)
+		dst[j] = src[n - 1 - j];
+}
+
 /* Puts ids[n - 1], ..., ids[0] (last first). */
 static void sink_put_rev(struct btable_sink *sk, const uint32_t *ids,
 			 uint32_t n)
@@ -167,8 +175,7 @@ static void sink_put_rev(struct btable_sink *sk, const uint32_t *ids,
 			continue;
 		}
 		take = n < room ? n : room;
-		for (uint32_t j = 0; j < take; j++)
-			sk->ids[sk->n + j] = ids[n - 1 - j];
+		reverse_copy(sk->ids + sk->n, ids + n - take, take);
 		sk->n += take;
 		n -= take;
 	}
