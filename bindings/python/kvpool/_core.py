@@ -365,6 +365,9 @@ class Pool:
         _check(lib.kvp_block_ref(self._p, block), "ref")
 
     def refcount(self, block):
+        """The block's holders (0 = free): block-table chunks that forks
+        share count once, plus each table's last block and each raw
+        reference (kvp_block_refcount)."""
         return _check(lib.kvp_block_refcount(self._p, block), "refcount")
 
     def block_data(self, block):

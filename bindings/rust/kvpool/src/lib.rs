@@ -534,6 +534,9 @@ impl Pool {
         check(unsafe { sys::kvp_block_ref(self.as_ptr(), id) }).map(|_| ())
     }
 
+    /// The block's holders (0 = free): a block-table chunk that forks
+    /// share counts once, plus each table's last block and each raw
+    /// reference (`kvp_block_refcount`).
     pub fn refcount(&self, id: u32) -> Result<u32> {
         // SAFETY: plain call on a live pool.
         check(unsafe { sys::kvp_block_refcount(self.as_ptr(), id) }).map(|n| n as u32)
