@@ -98,18 +98,24 @@ static int chunks_reserve(uint32_t k)
 	return 0;
 }
 
-/* A private chunk, empty, held once; chunks_reserve() made one ready. */
-static struct btchunk *chunk_new(void)
+/* Makes c a private chunk, empty, held once (relaxed: nobody else can
+ * reach it yet). */
+static struct btchunk *chunk_init(struct btchunk *c)
 {
-	union free_chunk *f = ccache->head;
-	struct btchunk *c = &f->c;
-
-	ccache->head = f->next;
-	ccache->n--;
 	atomic_store_explicit(&c->refs, 1, memory_order_relaxed);
 	c->n = 0;
 	c->seen = 0;
 	return c;
+}
+
+/* A private chunk from the cache; chunks_reserve() made one ready. */
+static struct btchunk *chunk_new(void)
+{
+	union free_chunk *f = ccache->head;
+
+	ccache->head = f->next;
+	ccache->n--;
+	return chunk_init(&f->c);
 }
 
 static void chunk_free(struct btchunk *c)
@@ -182,14 +188,6 @@ static void sink_put_rev(struct btable_sink *sk, const uint32_t *ids,
 }
 
 /* ---- chunk references ----------------------------------------------- */
-
-static bool chunk_shared(const struct btchunk *c)
-{
-	/* A count seen as 1 by a holder stays 1 (btable.h).  Acquire: the
-	 * holders that dropped theirs (release) read the chunk before we,
-	 * its sole holder now, write it. */
-	return atomic_load_explicit(&c->refs, memory_order_acquire) > 1;
-}
 
 /* Drops one reference on c; the last one lets its blocks go, last first,
  * and frees it. */
@@ -334,7 +332,7 @@ static void chunks_push(struct btable *t, struct kvp_pool *pool, uint32_t m,
 			take = k;
 		if (o == 0)
 			*cp = chunk_new();
-		else if (chunk_shared(*cp))
+		else if (btchunk_shared(*cp))
 			chunk_unshare(cp, (*cp)->n, pool, sk);
 		memcpy((*cp)->ids + o, ids, (size_t)take * sizeof(*ids));
 		(*cp)->n = (uint16_t)(o + take);
@@ -390,7 +388,7 @@ int btable_truncate(struct btable *t, struct kvp_pool *pool, uint32_t n,
 	ck = keep / BT_K;
 	o = keep % BT_K;
 	c = t->chunks[ck];
-	shared = chunk_shared(c);
+	shared = btchunk_shared(c);
 	if (shared && o && chunks_reserve(1))
 		return -ENOMEM;
 	sink_put(sk, t->tail);
@@ -420,12 +418,7 @@ static struct btchunk *chunk_alloc(void)
 {
 	struct btchunk *c = kvp_malloc_aligned(KVP_CACHELINE, sizeof(*c));
 
-	if (c) {
-		atomic_store_explicit(&c->refs, 1, memory_order_relaxed);
-		c->n = 0;
-		c->seen = 0;
-	}
-	return c;
+	return c ? chunk_init(c) : NULL;
 }
 
 static bool in_cut(uint32_t pos, uint32_t first, uint32_t n)
@@ -440,7 +433,7 @@ static bool in_cut(uint32_t pos, uint32_t first, uint32_t n)
 static void cut_old_chunk(struct btchunk *c, uint32_t j, struct kvp_pool *pool,
 			  uint32_t first, uint32_t n, struct btable_sink *sk)
 {
-	if (chunk_shared(c)) {
+	if (btchunk_shared(c)) {
 		for (uint32_t x = 0; x < c->n; x++)
 			if (!in_cut(j * BT_K + x, first, n))
 				refs_take(pool, &c->ids[x], 1);
@@ -487,7 +480,7 @@ int btable_cut(struct btable *t, struct kvp_pool *pool, uint32_t first,
 	if (first + n == t->n)
 		return btable_truncate(t, pool, first, sk);
 	for (uint32_t j = 0; j < nchunks(t) && !shared; j++)
-		shared = chunk_shared(t->chunks[j]);
+		shared = btchunk_shared(t->chunks[j]);
 	if (!shared) {
 		cut_in_place(t, first, n, sk);
 		return 0;

@@ -104,6 +104,17 @@ static inline void btable_sink_init(struct btable_sink *sk,
 /* Hands what the sink holds to its release function. */
 void btable_sink_flush(struct btable_sink *sk);
 
+/*
+ * Whether a chunk its caller holds has other holders.  A count seen as 1
+ * by a holder stays 1 (see the top).  Acquire: the holders that dropped
+ * theirs (release) read the chunk before we, its sole holder now, write
+ * it or its blocks.
+ */
+static inline bool btchunk_shared(const struct btchunk *c)
+{
+	return atomic_load_explicit(&c->refs, memory_order_acquire) > 1;
+}
+
 /* The number of table entries `tokens` tokens take. */
 static inline uint32_t blocks_for(uint32_t tokens, uint32_t block_tokens)
 {
@@ -145,11 +156,7 @@ static inline bool btable_shared(const struct btable *t,
 {
 	uint32_t id = btable_get(t, i);
 
-	/* Acquire, as chunk_shared in btable.c: a writer that sees the
-	 * chunk its own follows the other holders' release drops. */
-	if (i != t->n - 1 &&
-	    atomic_load_explicit(&t->chunks[i / BT_K]->refs,
-				 memory_order_acquire) > 1)
+	if (i != t->n - 1 && btchunk_shared(t->chunks[i / BT_K]))
 		return true;
 	return pool_block_shared(pool, id);
 }

@@ -41,8 +41,8 @@ struct kvp_manager;
 struct kvp_seq {
 	/* Whole pairs of cache lines (CPUs prefetch lines in pairs):
 	 * neighbours in a slab often belong to other threads.  The first
-	 * line holds everything an append reads or writes, the second the
-	 * table of short sequences, the third the rest. */
+	 * line holds everything an append within a block reads or writes,
+	 * the second the rest of the table and the rest. */
 	/* Serialises every mutation and consistent read of the sequence. */
 	_Alignas(2 * KVP_CACHELINE) _Atomic uint32_t lock;
 	/* True while the struct holds no live sequence: set under lock by
@@ -67,9 +67,9 @@ struct kvp_seq {
 	_Atomic int32_t priority;
 	_Atomic uint64_t last_access, access_count;
 	struct kvp_manager *mgr; /* immutable */
-	/* The block table (btable.h): its length, capacity and pointer end
-	 * the first line, its inline storage (the table of short sequences)
-	 * fills the second.  lock. */
+	/* The block table (btable.h): its length, tail and chunk pointers
+	 * end the first line; its capacity and inline chunk pointers (the
+	 * chunks of short sequences) follow.  lock. */
 	struct btable table;
 	/* Prefix caching: blocks [0, committed) are registered or were
 	 * hits.  lock. */
