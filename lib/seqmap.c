@@ -51,11 +51,14 @@
  * contents the map had from the freeze until the first write to the new
  * table, which includes the moment it loaded the table pointer.
  *
- * Rebuilds are rationed: a table rebuilt less than KVP_SEQMAP_PERIOD_NS
- * after the previous one gets twice the previous capacity (and one
- * younger than 8 periods keeps it), so a fast churn of fresh ids pays a
- * grace period at most every few milliseconds, not every few hundred
- * inserts.
+ * Rebuilds are rationed by their own cost: the rebuilder times its grace
+ * period and scan, and a table that lived less than KVP_SEQMAP_DOUBLE
+ * times that gets twice the capacity (one younger than KVP_SEQMAP_KEEP
+ * times keeps it, an older one may shrink).  So a fast churn of fresh ids
+ * spends a bounded share of its time in rebuilds, and the table stays as
+ * small as that share allows: every insert of a fresh id touches a new
+ * slot, and a table that outgrows the core's cache makes each of them a
+ * cache miss.
  *
  * TSan sees the slots' atomics; the grace periods are liburcu's asm and
  * are annotated as rcu.h describes (kvp_rcu_reclaim after
@@ -78,7 +81,10 @@
 #define KVP_SEQMAP_MAX_SLOTS (1ull << 32)
 #define KVP_SEQMAP_CLAIM_BATCH 32u  /* claims per shared-counter add */
 #define KVP_SEQMAP_LONG_PROBE 128u  /* a claim this far asks for a rebuild */
-#define KVP_SEQMAP_PERIOD_NS 5000000ull /* 5 ms */
+/* A table that lived less than this many times its rebuild's cost
+ * doubles; less than KVP_SEQMAP_KEEP times, it keeps its size. */
+#define KVP_SEQMAP_DOUBLE 32u
+#define KVP_SEQMAP_KEEP 256u
 
 struct seqmap_slot {
 	_Atomic uint64_t key; /* 0 = empty; set once by CAS */
@@ -115,8 +121,9 @@ static uint64_t now_ns(void)
 {
 	struct timespec ts;
 
-	/* The coarse clock is read from the vDSO: no system call. */
-	if (clock_gettime(CLOCK_MONOTONIC_COARSE, &ts) != 0)
+	/* Read from the vDSO, no system call; only table_new() and
+	 * rebuild() read it, once per table. */
+	if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0)
 		return 0;
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
@@ -259,10 +266,11 @@ static bool freeze(struct seqmap *map, struct seqmap_table *t)
 static int rebuild(struct seqmap *map, struct seqmap_table *t)
 {
 	struct seqmap_table *nt;
-	uint64_t live = 0, slots, now, age, floor;
+	uint64_t live = 0, slots, start, cost, age, floor;
 
 	if (!freeze(map, t))
 		return 0;
+	start = now_ns();
 	/* Every writer that missed the flag leaves its section. */
 	urcu_memb_synchronize_rcu();
 	kvp_rcu_reclaim();
@@ -273,14 +281,16 @@ static int rebuild(struct seqmap *map, struct seqmap_table *t)
 	slots = KVP_SEQMAP_MIN_SLOTS;
 	while (slots < 4 * live && slots < KVP_SEQMAP_MAX_SLOTS)
 		slots *= 2;
-	/* Rationed: a table that lasted less than a period doubles, one that
-	 * lasted less than 8 keeps its size, an older one shrinks by half at
-	 * most, so a steady churn settles on one size. */
-	now = now_ns();
-	age = now - t->built_ns;
-	if (age < KVP_SEQMAP_PERIOD_NS)
+	/* Rationed by this rebuild's cost so far (the grace period and a
+	 * scan of t): a table that lasted less than KVP_SEQMAP_DOUBLE costs
+	 * doubles, one that lasted less than KVP_SEQMAP_KEEP keeps its size,
+	 * an older one shrinks by half at most, so a steady churn settles on
+	 * one size. */
+	cost = now_ns() - start;
+	age = start - t->built_ns;
+	if (age < KVP_SEQMAP_DOUBLE * cost)
 		floor = 2 * (t->mask + 1);
-	else if (age < 8 * KVP_SEQMAP_PERIOD_NS)
+	else if (age < KVP_SEQMAP_KEEP * cost)
 		floor = t->mask + 1;
 	else
 		floor = (t->mask + 1) / 2;
