@@ -161,11 +161,26 @@ static void sink_put(struct btable_sink *sk, uint32_t id)
 	sk->ids[sk->n++] = id;
 }
 
-/* dst[0..n) = src[n - 1], ..., src[0]. */
+/* dst[0..n) = src[n - 1], ..., src[0].  Every release of a sequence's
+ * blocks passes through here, so it moves four ids at a time where the
+ * compiler has a vector shuffle (gcc 12 and clang both do). */
 static inline void reverse_copy(uint32_t *restrict dst,
 				const uint32_t *restrict src, uint32_t n)
 {
-	for (uint32_t j = 0; j < n; j++)
+	uint32_t j = 0;
+
+#if defined(__has_builtin)
+#if __has_builtin(__builtin_shufflevector)
+	typedef uint32_t v4u __attribute__((vector_size(16), aligned(4)));
+
+	for (; j + 4 <= n; j += 4) {
+		v4u v = *(const v4u *)(src + n - 4 - j);
+
+		*(v4u *)(dst + j) = __builtin_shufflevector(v, v, 3, 2, 1, 0);
+	}
+#endif
+#endif
+	for (; j < n; j++)
 		dst[j] = src[n - 1 - j];
 }
 
