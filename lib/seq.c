@@ -436,6 +436,62 @@ KVP_API int kvp_seq_append(struct kvp_manager *m, uint64_t id,
 	return err;
 }
 
+/* Sequences kvp_seq_append_batch looks ahead: their structs are on their
+ * way into the cache while the appends before them run. */
+#define BATCH_AHEAD 8u
+
+/*
+ * Each append is as atomic as kvp_seq_append's; the batch as a whole is
+ * not: it stops at the first failure, as write(2) stops at a short count.
+ * The decode step of a scheduler, so it runs as kvp_seq_append does with
+ * three savings: the structs are prefetched BATCH_AHEAD sequences ahead,
+ * the arguments are checked once, and the statistics are added once.
+ */
+KVP_API int kvp_seq_append_batch(struct kvp_manager *m, const uint64_t *seqs,
+				 const uint32_t *num_tokens, uint32_t nseq,
+				 struct kvp_copy *cow, uint32_t cow_cap,
+				 uint32_t *ncow)
+{
+	uint32_t i, used = 0;
+	uint64_t tokens = 0;
+	int err = 0;
+
+	if (!m || (!seqs && nseq) || (!cow && cow_cap) || nseq > INT32_MAX)
+		return -EINVAL;
+	if (ncow)
+		*ncow = 0;
+	for (i = 0; i < nseq && i < BATCH_AHEAD; i++)
+		seq_prefetch(m, seqs[i]);
+	for (i = 0; i < nseq; i++) {
+		uint32_t n = num_tokens ? num_tokens[i] : 1, got = 0;
+		struct kvp_seq *s;
+
+		if (i + BATCH_AHEAD < nseq)
+			seq_prefetch(m, seqs[i + BATCH_AHEAD]);
+		s = seq_acquire(m, seqs[i]);
+		if (!s) {
+			err = -ENOENT;
+			break;
+		}
+		err = append_locked(m, s, n, cow ? cow + used : NULL,
+				    cow_cap - used, &got);
+		seq_unlock(s);
+		if (err)
+			break;
+		used += got;
+		tokens += n;
+	}
+	if (ncow)
+		*ncow = used;
+	if (i) {
+		struct mgr_shard *sh = mgr_shard(m);
+
+		mgr_stat_bump(&sh->appends, i);
+		mgr_stat_bump(&sh->tokens, tokens);
+	}
+	return err && !i ? err : (int)i;
+}
+
 KVP_API int kvp_seq_fork(struct kvp_manager *m, uint64_t src, uint64_t dst)
 {
 	struct kvp_seq *s, *d;

@@ -557,6 +557,16 @@ void seq_cache_note(struct kvp_manager *m, uint64_t id, struct kvp_seq *s)
 		*e = (struct seq_cache_entry){.muid = m->uid, .id = id, .s = s};
 }
 
+void seq_prefetch(struct kvp_manager *m, uint64_t id)
+{
+	struct seq_cache_entry *e = seq_cache_slot(id);
+
+	/* A hint only: the struct may be freed or reused by the time it is
+	 * used, and seq_acquire() checks it then (a prefetch never faults). */
+	if (e && e->muid == m->uid && e->id == id)
+		__builtin_prefetch(e->s, 1, 3);
+}
+
 struct kvp_seq *seq_acquire(struct kvp_manager *m, uint64_t id)
 {
 	struct seq_cache_entry *e = seq_cache_slot(id);

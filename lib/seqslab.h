@@ -173,6 +173,9 @@ struct kvp_seq *seq_take(struct kvp_manager *m);
 void seq_release(struct kvp_seq *s);
 /* Remembers s, just published under id, in this thread's lookup cache. */
 void seq_cache_note(struct kvp_manager *m, uint64_t id, struct kvp_seq *s);
+/* Starts loading the struct of id into the cache if this thread's lookup
+ * cache knows it (no lock, no check: a hint for a later seq_acquire). */
+void seq_prefetch(struct kvp_manager *m, uint64_t id);
 
 /* Manager creation: an empty seqslab, then m in the registry. */
 void seqslab_init(struct seqslab *sl);
