@@ -196,7 +196,10 @@ static void sink_put_rev(struct btable_sink *sk, const uint32_t *ids,
 			continue;
 		}
 		take = n < room ? n : room;
-		reverse_copy(sk->ids + sk->n, ids + n - take, take);
+		if (take == BT_K) /* a whole chunk: unrolled */
+			reverse_copy(sk->ids + sk->n, ids + n - BT_K, BT_K);
+		else
+			reverse_copy(sk->ids + sk->n, ids + n - take, take);
 		sk->n += take;
 		n -= take;
 	}
@@ -349,7 +352,10 @@ static void chunks_push(struct btable *t, struct kvp_pool *pool, uint32_t m,
 			*cp = chunk_new();
 		else if (btchunk_shared(*cp))
 			chunk_unshare(cp, (*cp)->n, pool, sk);
-		memcpy((*cp)->ids + o, ids, (size_t)take * sizeof(*ids));
+		if (take == BT_K) /* a whole chunk: a copy of constant size */
+			memcpy((*cp)->ids, ids, sizeof((*cp)->ids));
+		else
+			memcpy((*cp)->ids + o, ids, (size_t)take * sizeof(*ids));
 		(*cp)->n = (uint16_t)(o + take);
 		m += take;
 		ids += take;
