@@ -336,10 +336,11 @@ static inline uint32_t bt_mod(const struct kvp_manager *m, uint32_t x)
 				: x % m->block_tokens;
 }
 
-/* Sequence locked: the append itself, see kvp_seq_append. */
-static int append_locked(struct kvp_manager *m, struct kvp_seq *s,
-			 uint32_t n, struct kvp_copy *cow, uint32_t cow_cap,
-			 uint32_t *ncow)
+/* Sequence locked: append_locked() when a block must be allocated or
+ * copied. */
+static __attribute__((noinline)) int
+append_slow(struct kvp_manager *m, struct kvp_seq *s, uint32_t n,
+	    struct kvp_copy *cow, uint32_t cow_cap, uint32_t *ncow)
 {
 	uint32_t tokens = seq_tokens(s), off = bt_mod(m, tokens), total, nb,
 		 grow, cows = 0, got[64], *fresh = got;
@@ -409,6 +410,26 @@ out:
 	if (fresh != got)
 		kvp_free(fresh, (grow + cows) * sizeof(*fresh));
 	return err;
+}
+
+/* Sequence locked: the append itself, see kvp_seq_append.  Inline for
+ * the decode step's usual case, tokens that fit in a partly filled last
+ * block of the sequence's own. */
+static inline int append_locked(struct kvp_manager *m, struct kvp_seq *s,
+				uint32_t n, struct kvp_copy *cow,
+				uint32_t cow_cap, uint32_t *ncow)
+{
+	uint32_t tokens = seq_tokens(s), off = bt_mod(m, tokens);
+
+	if (likely(off && !s->tail_shared && n <= m->block_tokens - off &&
+		   tokens <= UINT32_MAX - n)) {
+		if (ncow)
+			*ncow = 0;
+		seq_set_tokens(s, tokens + n);
+		touch(s);
+		return 0;
+	}
+	return append_slow(m, s, n, cow, cow_cap, ncow);
 }
 
 KVP_API int kvp_seq_append(struct kvp_manager *m, uint64_t id,
