@@ -118,7 +118,8 @@ static int preempt_one(struct kvp_manager *m, uint64_t *victim)
 			return -ENOENT;
 		}
 		seq_lock(best);
-		if (!atomic_load_explicit(&best->dead, memory_order_relaxed))
+		/* Acquire: see seq_lock_live(). */
+		if (!atomic_load_explicit(&best->dead, memory_order_acquire))
 			break;
 		/* Another preemption or a free took it: choose again. */
 		seq_unlock(best);

@@ -166,10 +166,11 @@ static void seq_bring_alive(struct kvp_manager *m, struct kvp_seq *s)
 	/* Read while s is ours: once alive, a free may reuse it. */
 	uint64_t id = s->id;
 
-	seq_lock(s);
+	/* No lock: until the store, every locker sees s dead and reads
+	 * nothing else; the store releases seq_init's writes and the touch
+	 * to the lockers that see s alive (they load `dead` with acquire). */
 	touch(s);
-	atomic_store_explicit(&s->dead, false, memory_order_relaxed);
-	seq_unlock(s);
+	atomic_store_explicit(&s->dead, false, memory_order_release);
 	/* The caller's next call on it (an append) needs no map lookup. */
 	seq_cache_note(m, id, s);
 }
@@ -197,7 +198,7 @@ static void seq_unpublish(struct kvp_manager *m, struct kvp_seq *s)
  * Fills in a dead struct of ours for a new sequence.  No lock needed:
  * other threads may lock it (a stale lookup-cache entry, a map reader of
  * its last life), but a locker that sees it dead reads nothing else, and
- * seq_publish's unlock after clearing dead orders these writes before any
+ * seq_bring_alive's release store of `dead` orders these writes before any
  * locker that sees it alive.
  */
 static void seq_init(struct kvp_seq *s, uint64_t id, uint32_t tokens,

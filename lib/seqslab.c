@@ -541,7 +541,8 @@ struct kvp_seq *seq_take(struct kvp_manager *m)
 static bool seq_lock_live(struct kvp_seq *s, uint64_t id)
 {
 	seq_lock(s);
-	if (!atomic_load_explicit(&s->dead, memory_order_relaxed) &&
+	/* Acquire: a struct brought to life unlocked (seq_bring_alive). */
+	if (!atomic_load_explicit(&s->dead, memory_order_acquire) &&
 	    s->id == id)
 		return true;
 	seq_unlock(s);

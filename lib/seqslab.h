@@ -47,8 +47,9 @@ struct kvp_seq {
 	_Alignas(2 * KVP_CACHELINE) _Atomic uint32_t lock;
 	/* True while the struct holds no live sequence: set under lock by
 	 * the free that removes it (only the thread that flips it goes on),
-	 * cleared under lock once a create has published it.  A locker that
-	 * sees it treats the sequence as unknown; eviction scans read it
+	 * cleared by a release store, unlocked, once a create or fork has
+	 * published it (seq_bring_alive).  A locker loads it with acquire and
+	 * treats a dead sequence as unknown; eviction scans read it
 	 * relaxed. */
 	_Atomic bool dead;
 	/* The last block may be shared (a fork or a rollback happened since
@@ -59,8 +60,9 @@ struct kvp_seq {
 	/* Prefix caching: a stream-trimmed sequence no longer follows its
 	 * hash chain and cannot commit.  lock. */
 	bool trimmed;
-	/* Written only while the struct is dead, under lock; read under
-	 * lock (a struct found in the map may be reused meanwhile). */
+	/* Written only while the struct is dead and its taker's; read under
+	 * lock once `dead` is seen false (a struct found in the map may be
+	 * reused meanwhile). */
 	uint64_t id;
 	/* Written under lock; eviction scans and stats read them relaxed. */
 	_Atomic uint32_t num_tokens;
