@@ -113,14 +113,6 @@ static void release_sunk(void *ctx, uint32_t *ids, uint32_t n)
 	release_in_order(ctx, ids, n, 0);
 }
 
-/* A sink for a table whose references the caller gives back itself. */
-static void sink_discard(void *ctx, uint32_t *ids, uint32_t n)
-{
-	(void)ctx;
-	(void)ids;
-	(void)n;
-}
-
 static void sink_init(struct btable_sink *sk, struct kvp_manager *m)
 {
 	btable_sink_init(sk, release_sunk, m);
@@ -175,16 +167,6 @@ static void seq_bring_alive(struct kvp_manager *m, struct kvp_seq *s)
 	seq_cache_note(m, id, s);
 }
 
-static int seq_publish(struct kvp_manager *m, struct kvp_seq *s)
-{
-	int err = seqmap_insert(&m->map, s->id, s);
-
-	if (err)
-		return err;
-	seq_bring_alive(m, s);
-	return 0;
-}
-
 /* Takes s, published dead and never brought to life, out of the map and
  * gives it back.  No sequence lock held (seqmap_remove may wait). */
 static void seq_unpublish(struct kvp_manager *m, struct kvp_seq *s)
@@ -215,16 +197,6 @@ static void seq_init(struct kvp_seq *s, uint64_t id, uint32_t tokens,
 	atomic_store_explicit(&s->access_count, 0, memory_order_relaxed);
 }
 
-static bool seq_exists(struct kvp_manager *m, uint64_t id)
-{
-	bool found;
-
-	kvp_rcu_read_lock();
-	found = seqmap_lookup(&m->map, id) != NULL;
-	kvp_rcu_read_unlock();
-	return found;
-}
-
 /*
  * kvp_seq_create and kvp_seq_create_cached: a sequence of num_tokens whose
  * first blocks are the cached ones for hashes[0..limit) (limit 0: none),
@@ -244,11 +216,17 @@ int seq_create(struct kvp_manager *m, uint64_t id, uint32_t num_tokens,
 	*hits = 0;
 	if (nb > m->pool->num_blocks)
 		return -ENOSPC;
-	if (seq_exists(m, id))
-		return -EEXIST;
 	s = seq_take(m);
 	if (!s)
 		return -ENOMEM;
+	/* Published dead first, as kvp_seq_fork does: a taken id fails
+	 * before anything is allocated, with no lookup of its own. */
+	s->id = id;
+	err = seqmap_insert(&m->map, id, s);
+	if (err) {
+		seq_release(s);
+		return err;
+	}
 	/* The ids are gathered first (hits, then the allocation), then
 	 * handed to the table, whose room is made before anything is
 	 * taken. */
@@ -264,31 +242,19 @@ int seq_create(struct kvp_manager *m, uint64_t id, uint32_t num_tokens,
 	if (err) {
 		if (h)
 			prefix_unhit(m->pool, ids, h);
+		seq_unpublish(m, s);
 		goto out;
 	}
 	sink_init(&sk, m);
 	btable_append(&s->table, m->pool, ids, nb, &sk);
 	seq_init(s, id, num_tokens, 0, false, h, h, false);
-	err = seq_publish(m, s);
-	if (err) {
-		/* Dead and ours: see seq_init.  The table's chunks are
-		 * ours alone; the references go back through ids[]. */
-		btable_sink_init(&sk, sink_discard, NULL);
-		btable_release(&s->table, &sk);
-		if (h)
-			prefix_unhit(m->pool, ids, h);
-		if (nb > h)
-			(void)kvp_pool_free(m->pool, ids + h, nb - h);
-		goto out;
-	}
+	seq_bring_alive(m, s);
 	stat_add(m, creates, 1);
 	stat_add(m, sequences, 1);
 	stat_add(m, tokens, num_tokens);
 	stat_add(m, blocks_allocated, nb - h);
 	*hits = h;
 out:
-	if (err)
-		seq_release(s);
 	if (ids != onstack)
 		kvp_free(ids, (size_t)nb * sizeof(*ids));
 	return err;

@@ -52,8 +52,8 @@
  * table, which includes the moment it loaded the table pointer.
  *
  * Rebuilds are rationed by their own cost: the rebuilder times its grace
- * period and scan, and a table that lived less than KVP_SEQMAP_DOUBLE
- * times that gets twice the capacity (one younger than KVP_SEQMAP_KEEP
+ * period, and a table that lived less than KVP_SEQMAP_DOUBLE times that
+ * gets twice the capacity (one younger than KVP_SEQMAP_KEEP
  * times keeps it, an older one may shrink).  So a fast churn of fresh ids
  * spends a bounded share of its time in rebuilds, and the table stays as
  * small as that share allows: every insert of a fresh id touches a new
@@ -266,7 +266,7 @@ static bool freeze(struct seqmap *map, struct seqmap_table *t)
 static int rebuild(struct seqmap *map, struct seqmap_table *t)
 {
 	struct seqmap_table *nt;
-	uint64_t live = 0, slots, start, cost, age, floor;
+	uint64_t live = 0, slots, start, gp, age, floor;
 
 	if (!freeze(map, t))
 		return 0;
@@ -274,6 +274,7 @@ static int rebuild(struct seqmap *map, struct seqmap_table *t)
 	/* Every writer that missed the flag leaves its section. */
 	urcu_memb_synchronize_rcu();
 	kvp_rcu_reclaim();
+	gp = now_ns() - start;
 	for (uint64_t i = 0; i <= t->mask; i++)
 		if (atomic_load_explicit(&t->slots[i].val,
 					 memory_order_relaxed))
@@ -281,16 +282,16 @@ static int rebuild(struct seqmap *map, struct seqmap_table *t)
 	slots = KVP_SEQMAP_MIN_SLOTS;
 	while (slots < 4 * live && slots < KVP_SEQMAP_MAX_SLOTS)
 		slots *= 2;
-	/* Rationed by this rebuild's cost so far (the grace period and a
-	 * scan of t): a table that lasted less than KVP_SEQMAP_DOUBLE costs
-	 * doubles, one that lasted less than KVP_SEQMAP_KEEP keeps its size,
-	 * an older one shrinks by half at most, so a steady churn settles on
-	 * one size. */
-	cost = now_ns() - start;
+	/* Rationed by this rebuild's grace period: a table that lasted less
+	 * than KVP_SEQMAP_DOUBLE of them doubles, one that lasted less than
+	 * KVP_SEQMAP_KEEP keeps its size, an older one shrinks by half at
+	 * most, so a steady churn settles on one size.  (The scan and copy
+	 * are left out: they grow with the table, and half a table's worth
+	 * of inserts pays for them whatever its size.) */
 	age = start - t->built_ns;
-	if (age < KVP_SEQMAP_DOUBLE * cost)
+	if (age < KVP_SEQMAP_DOUBLE * gp)
 		floor = 2 * (t->mask + 1);
-	else if (age < KVP_SEQMAP_KEEP * cost)
+	else if (age < KVP_SEQMAP_KEEP * gp)
 		floor = t->mask + 1;
 	else
 		floor = (t->mask + 1) / 2;
