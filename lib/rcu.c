@@ -18,14 +18,14 @@ char kvp_rcu_tsan_barrier;
 
 static pthread_key_t unregister_key;
 static pthread_once_t key_once = PTHREAD_ONCE_INIT;
-static KVP_TLS bool registered; /* owner thread only */
+KVP_TLS bool kvp_rcu_registered; /* owner thread only */
 
 static void unregister_thread(void *arg)
 {
 	(void)arg;
-	if (registered) {
+	if (kvp_rcu_registered) {
 		urcu_memb_unregister_thread();
-		registered = false;
+		kvp_rcu_registered = false;
 	}
 }
 
@@ -35,34 +35,20 @@ static void make_key(void)
 					     unregister_thread));
 }
 
-static void register_thread(void)
+void kvp_rcu_register_thread(void)
 {
 	kvp_check_pthread(pthread_once(&key_once, make_key));
 	urcu_memb_register_thread();
-	registered = true;
+	kvp_rcu_registered = true;
 	/* The value only has to be non-NULL for the destructor to run. */
-	kvp_check_pthread(pthread_setspecific(unregister_key, &registered));
-}
-
-void kvp_rcu_read_lock(void)
-{
-	if (unlikely(!registered))
-		register_thread();
-	urcu_memb_read_lock();
-}
-
-void kvp_rcu_read_unlock(void)
-{
-	/* Everything this reader did happens before any reclamation that
-	 * waits for it (pairs with kvp_rcu_reclaim()). */
-	kvp_tsan_release(&kvp_rcu_tsan_sync);
-	urcu_memb_read_unlock();
+	kvp_check_pthread(
+		pthread_setspecific(unregister_key, &kvp_rcu_registered));
 }
 
 void kvp_rcu_barrier(void)
 {
-	if (unlikely(!registered))
-		register_thread();
+	if (unlikely(!kvp_rcu_registered))
+		kvp_rcu_register_thread();
 	urcu_memb_barrier();
 	/* Every callback's work happens before what follows the barrier. */
 	kvp_tsan_acquire(&kvp_rcu_tsan_barrier);

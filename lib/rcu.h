@@ -12,13 +12,11 @@
 #ifndef KVP_RCU_H
 #define KVP_RCU_H
 
+#include <stdbool.h>
 #include <urcu/urcu-memb.h>
 
+#include "compiler.h"
 #include "tsan.h"
-
-/* Registers the calling thread with RCU if needed; then read-locks. */
-void kvp_rcu_read_lock(void);
-void kvp_rcu_read_unlock(void);
 
 /* Waits for every callback queued with call_rcu so far. */
 void kvp_rcu_barrier(void);
@@ -27,6 +25,27 @@ void kvp_rcu_barrier(void);
 extern char kvp_rcu_tsan_sync;
 /* Every callback releases this when done; kvp_rcu_barrier acquires it. */
 extern char kvp_rcu_tsan_barrier;
+
+/* Whether this thread is registered with liburcu (rcu.c). */
+extern KVP_TLS bool kvp_rcu_registered;
+void kvp_rcu_register_thread(void);
+
+/* Registers the calling thread with RCU if needed; then read-locks.
+ * Inline: a sequence operation enters a few sections. */
+static inline void kvp_rcu_read_lock(void)
+{
+	if (unlikely(!kvp_rcu_registered))
+		kvp_rcu_register_thread();
+	urcu_memb_read_lock();
+}
+
+static inline void kvp_rcu_read_unlock(void)
+{
+	/* Everything this reader did happens before any reclamation that
+	 * waits for it (pairs with kvp_rcu_reclaim()). */
+	kvp_tsan_release(&kvp_rcu_tsan_sync);
+	urcu_memb_read_unlock();
+}
 
 static inline void kvp_rcu_publish(const void *node)
 {
