@@ -57,6 +57,19 @@
  * grace period at most every few milliseconds, not every few hundred
  * inserts.
  *
+ * Shrinks.  Removes are counted as claims are (sampled, into the table's
+ * `removed`), and a remove that finds the live entries under 1/16 of the
+ * slots asks for a rebuild sized from them alone (count_remove): so a
+ * table grown for a burst goes back to its size for what is left.  It
+ * is rationed as the growth is: only a table older than
+ * KVP_SEQMAP_PERIOD_NS shrinks, unless it is under 1/64 full (then the
+ * last removes of a drain still shrink it, at most log4 of its size
+ * times in a row).  A steady churn keeps its live entries near the 1/4
+ * a rebuild leaves, far from 1/16, so it never shrinks.  The remove that
+ * asks pays the rebuild (a grace period), as the insert that asks for a
+ * growth does, and only outside a read-side section of its caller's
+ * (a manager's destruction removes everything inside one; it skips).
+ *
  * TSan sees the slots' atomics; the grace periods are liburcu's asm and
  * are annotated as rcu.h describes (kvp_rcu_reclaim after
  * synchronize_rcu, kvp_rcu_reclaim_head in the callback).
@@ -90,8 +103,10 @@ struct seqmap_table {
 	uint64_t built_ns; /* when it was built; immutable */
 	/* 1 once a rebuilder owns the table: no one writes it any more. */
 	kvp_cacheline_aligned _Atomic uint32_t frozen;
-	/* Keys claimed, counted in batches (approximate, relaxed). */
+	/* Keys claimed and values removed, counted in batches
+	 * (approximate, relaxed). */
 	kvp_cacheline_aligned _Atomic uint64_t claimed;
+	_Atomic uint64_t removed;
 	struct rcu_head rcu;
 	kvp_cacheline_aligned struct seqmap_slot slots[];
 };
@@ -230,6 +245,32 @@ static bool count_claim(struct seqmap_table *t, uint64_t h)
 }
 
 /*
+ * Counts a remove of the key whose hash is h from t, sampled as
+ * count_claim() counts claims; true if t should shrink: its live entries
+ * (claimed less removed, both approximate) fill under 1/16 of it, it is
+ * above the smallest size, and it is older than KVP_SEQMAP_PERIOD_NS or
+ * badly oversized (under 1/64 full: the last removes of a drain must not
+ * leave a big table behind for lack of a later trigger).
+ */
+static bool count_remove(struct seqmap_table *t, uint64_t h)
+{
+	uint64_t r, c, live, slots = t->mask + 1;
+
+	if ((h >> 58) % KVP_SEQMAP_CLAIM_BATCH != 0 ||
+	    slots <= KVP_SEQMAP_MIN_SLOTS)
+		return false;
+	r = atomic_fetch_add_explicit(&t->removed, KVP_SEQMAP_CLAIM_BATCH,
+				      memory_order_relaxed) +
+	    KVP_SEQMAP_CLAIM_BATCH;
+	c = atomic_load_explicit(&t->claimed, memory_order_relaxed);
+	live = c > r ? c - r : 0;
+	if (live >= slots / 16)
+		return false;
+	return live < slots / 64 ||
+	       now_ns() - t->built_ns >= KVP_SEQMAP_PERIOD_NS;
+}
+
+/*
  * Freezes t for its rebuild, if t is still the map's table and no other
  * thread froze it.  The caller's read-side section that found t has
  * ended, and another rebuild may have replaced t and queued its free
@@ -252,14 +293,44 @@ static bool freeze(struct seqmap *map, struct seqmap_table *t)
 }
 
 /*
+ * The size of t's successor for `live` entries: four slots per entry, or
+ * as rationed for a growing table (see the argument above); a shrinking
+ * one (shrink: count_remove asked) is sized from its entries alone.
+ */
+static uint64_t rebuild_slots(struct seqmap_table *t, uint64_t live,
+			      bool shrink)
+{
+	uint64_t slots = KVP_SEQMAP_MIN_SLOTS, age, floor;
+
+	while (slots < 4 * live && slots < KVP_SEQMAP_MAX_SLOTS)
+		slots *= 2;
+	if (shrink)
+		return slots;
+	/* Rationed: a table that lasted less than a period doubles, one that
+	 * lasted less than 8 keeps its size, an older one shrinks by half at
+	 * most, so a steady churn settles on one size. */
+	age = now_ns() - t->built_ns;
+	if (age < KVP_SEQMAP_PERIOD_NS)
+		floor = 2 * (t->mask + 1);
+	else if (age < 8 * KVP_SEQMAP_PERIOD_NS)
+		floor = t->mask + 1;
+	else
+		floor = (t->mask + 1) / 2;
+	if (slots < floor && floor <= KVP_SEQMAP_MAX_SLOTS)
+		slots = floor;
+	return slots;
+}
+
+/*
  * Rebuilds t unless another thread already is, or did (then returns at
  * once: the caller retries and waits for the new table).  Not in a
- * read-side section.  0, or -ENOMEM (t is thawed and stays).
+ * read-side section.  shrink: a remove asked (count_remove).  0, or
+ * -ENOMEM (t is thawed and stays).
  */
-static int rebuild(struct seqmap *map, struct seqmap_table *t)
+static int rebuild(struct seqmap *map, struct seqmap_table *t, bool shrink)
 {
 	struct seqmap_table *nt;
-	uint64_t live = 0, slots, now, age, floor;
+	uint64_t live = 0;
 
 	if (!freeze(map, t))
 		return 0;
@@ -270,23 +341,7 @@ static int rebuild(struct seqmap *map, struct seqmap_table *t)
 		if (atomic_load_explicit(&t->slots[i].val,
 					 memory_order_relaxed))
 			live++;
-	slots = KVP_SEQMAP_MIN_SLOTS;
-	while (slots < 4 * live && slots < KVP_SEQMAP_MAX_SLOTS)
-		slots *= 2;
-	/* Rationed: a table that lasted less than a period doubles, one that
-	 * lasted less than 8 keeps its size, an older one shrinks by half at
-	 * most, so a steady churn settles on one size. */
-	now = now_ns();
-	age = now - t->built_ns;
-	if (age < KVP_SEQMAP_PERIOD_NS)
-		floor = 2 * (t->mask + 1);
-	else if (age < 8 * KVP_SEQMAP_PERIOD_NS)
-		floor = t->mask + 1;
-	else
-		floor = (t->mask + 1) / 2;
-	if (slots < floor && floor <= KVP_SEQMAP_MAX_SLOTS)
-		slots = floor;
-	nt = table_new(slots);
+	nt = table_new(rebuild_slots(t, live, shrink));
 	if (!nt) {
 		/* Release: pairs with the writers' acquire of the flag. */
 		atomic_store_explicit(&t->frozen, 0, memory_order_release);
@@ -314,6 +369,7 @@ static int rebuild(struct seqmap *map, struct seqmap_table *t)
 				      memory_order_relaxed);
 	}
 	atomic_store_explicit(&nt->claimed, live, memory_order_relaxed);
+	atomic_store_explicit(&nt->removed, 0, memory_order_relaxed);
 	/* Release: the copy before any use of the new table. */
 	atomic_store_explicit(&map->table, nt, memory_order_release);
 	atomic_fetch_add_explicit(&map->rebuilds, 1, memory_order_relaxed);
@@ -394,12 +450,12 @@ int seqmap_insert(struct seqmap *map, uint64_t id, void *v)
 
 			kvp_rcu_read_unlock();
 			if (grow)
-				(void)rebuild(map, t); /* -ENOMEM: keep it */
+				(void)rebuild(map, t, false); /* -ENOMEM: keep */
 			return won ? 0 : -EEXIST;
 		}
 		/* Full: rebuild (or wait for the one under way), retry. */
 		kvp_rcu_read_unlock();
-		err = rebuild(map, t);
+		err = rebuild(map, t, false);
 		if (err)
 			return err;
 	}
@@ -409,7 +465,7 @@ bool seqmap_remove(struct seqmap *map, uint64_t id, void *v)
 {
 	struct seqmap_table *t;
 	struct seqmap_slot *sl;
-	bool done;
+	bool done, shrink;
 
 	if (unlikely(id == 0))
 		return atomic_compare_exchange_strong_explicit(
@@ -422,7 +478,12 @@ bool seqmap_remove(struct seqmap *map, uint64_t id, void *v)
 	done = sl && atomic_compare_exchange_strong_explicit(
 			     &sl->val, &v, NULL, memory_order_relaxed,
 			     memory_order_relaxed);
+	shrink = done && count_remove(t, seq_hash(id));
 	kvp_rcu_read_unlock();
+	/* Not from inside a caller's read-side section (a destruction
+	 * empties its map in one): its grace period would wait for us. */
+	if (shrink && !urcu_memb_read_ongoing())
+		(void)rebuild(map, t, true); /* -ENOMEM: keep it */
 	return done;
 }
 
