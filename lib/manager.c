@@ -122,7 +122,7 @@ KVP_API void kvp_manager_destroy(struct kvp_manager *m)
 	prefix_cache_fini(&m->prefix);
 	/* Every removed struct must be recycled before the map goes. */
 	seqslab_flush(m);
-	kvp_rcu_barrier();
+	seqslab_quiesce(m);
 	seqmap_fini(&m->map);
 	seqslab_fini(m);
 
@@ -170,6 +170,7 @@ KVP_API void kvp_manager_stats(struct kvp_manager *m, struct kvp_stats *st)
 KVP_API int kvp_manager_dump(struct kvp_manager *m, FILE *f)
 {
 	struct kvp_stats st;
+	uint64_t held, returned;
 	double pct;
 
 	if (!m || !f)
@@ -196,6 +197,11 @@ KVP_API int kvp_manager_dump(struct kvp_manager *m, FILE *f)
 		st.sequences, st.tokens, st.seq_creates, st.seq_frees,
 		st.evictions, st.appends, st.forks, st.cow_copies,
 		st.blocks_allocated, st.blocks_released);
+	seqslab_counts(m, &held, &returned);
+	fprintf(f,
+		"  slabs:      %" PRIu64 " held, %" PRIu64
+		" returned (of %u sequence structs each)\n",
+		held, returned, (unsigned)KVP_SEQ_SLAB);
 	if (m->flags & KVP_PREFIX_CACHE)
 		fprintf(f,
 			"  prefix:     %" PRIu64 " of %" PRIu64

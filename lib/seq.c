@@ -169,9 +169,10 @@ static void seq_bring_alive(struct kvp_manager *m, struct kvp_seq *s)
 	seq_lock(s);
 	touch(s);
 	atomic_store_explicit(&s->dead, false, memory_order_relaxed);
-	seq_unlock(s);
-	/* The caller's next call on it (an append) needs no map lookup. */
+	/* The caller's next call on it (an append) needs no map lookup.
+	 * Under the lock, alive: see seq_cache_note. */
 	seq_cache_note(m, id, s);
+	seq_unlock(s);
 }
 
 static int seq_publish(struct kvp_manager *m, struct kvp_seq *s)

@@ -23,6 +23,52 @@
  * nobody but lockers checking `dead` reads a dead struct), and by other
  * threads only through the free list after a grace period (retire_push),
  * whose pops run inside read-side sections, which rules out ABA.
+ *
+ * Returning slabs.  Type-stability holds only while a slab lives, so a
+ * slab goes back to the allocator only when no one can still hold a
+ * pointer into it.  Who can: a map reader (inside a read-side section);
+ * a pop of the free list (inside one); a thread's lookup cache (outside
+ * any: an entry lives until overwritten); a stash, the retire list, a
+ * batch waiting for call_rcu, a thread's fresh slab (their structs are
+ * not on the free list).  A reclaim (reclaim_start, from an RCU callback,
+ * one per manager at a time: `reclaiming`) detaches the whole free list,
+ * then bumps the manager's epoch, then queues reclaim_finish on call_rcu.
+ * After that grace period:
+ *  - every struct of the chain was removed from the map a grace period
+ *    before it reached the free list, so no map reader holds it;
+ *  - every pop that read one of them as the head has ended (pops run in
+ *    read-side sections, and no later pop can reach a detached struct);
+ *  - a lookup-cache entry is used only inside a read-side section and
+ *    only if its epoch is current (seq_acquire).  A section that did not
+ *    see the bump began before the grace period and has ended; one that
+ *    sees it rejects every older entry.  An entry is stamped with the
+ *    epoch read before its struct was seen alive (seq_acquire) or while
+ *    it is locked and alive (seq_cache_note); a struct of the chain is
+ *    dead from before the detach until it is pushed back, so an entry
+ *    stamped after the bump never names a struct the reclaim frees.
+ * So reclaim_finish owns the chain.  It counts its structs per slab; a
+ * slab with all KVP_SEQ_SLAB structs in the chain has none anywhere else
+ * (stash, retire list, fresh, live), and it is unlinked from the slab
+ * list and freed; the other structs go back on the free list (no ABA: a
+ * grace period passed since the detach).  Only the reclaimer unlinks
+ * slabs, and pushers only CAS the list's head, so a plain store unlinks
+ * a slab below the head.  The allocator then gives its free pages back
+ * (kvp_alloc_trim).
+ *
+ * When.  A recycling callback starts a reclaim when live sequences fill
+ * under half of the structs, the manager holds more than
+ * KVP_RECLAIM_KEEP slabs, and KVP_RECLAIM_PERIOD_NS passed since the last
+ * one; kvp_thread_flush hands the thread's stashes back, sends the
+ * retired structs to call_rcu and asks for a reclaim once they are on
+ * the free list, without the wait.  So memory comes back two grace
+ * periods after kvp_thread_flush (the freed structs', then the
+ * reclaim's).  While a reclaim's grace period runs, creates that find no
+ * stashed or fresh struct allocate new slabs: the period keeps a steady
+ * churn from paying that more than once a second.  No hot path changes:
+ * a lookup-cache hit enters a read-side section and reads the epoch (a
+ * line written once per reclaim); the rest runs in callbacks and in
+ * kvp_thread_flush.  The destruction waits for queued reclaims
+ * (seqslab_quiesce).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -31,8 +77,10 @@
 
 #include "alloc.h"
 #include "manager.h"
+#include "mgrstat.h"
 #include "rcu.h"
 #include "seqslab.h"
+#include "tcache.h"
 
 /* Puts a chain of structs, first..last linked through `link`, on the
  * free list with one CAS; only the last one's link is written. */
@@ -71,9 +119,12 @@ static struct seq_slab *slab_new(struct kvp_manager *m)
 
 		btable_init(&s->table);
 		s->mgr = m;
+		s->slab = slab;
 		atomic_init(&s->dead, true);
 	}
-	/* Push-only list: a plain CAS push, read only at destruction. */
+	/* Relaxed: it paces reclaims. */
+	atomic_fetch_add_explicit(&m->seqs.nslabs, 1, memory_order_relaxed);
+	/* A CAS push; only the reclaimer unlinks (slabs_unlink). */
 	head = atomic_load_explicit(&m->seqs.slabs, memory_order_relaxed);
 	do
 		slab->next = head;
@@ -82,6 +133,255 @@ static struct seq_slab *slab_new(struct kvp_manager *m)
 						      memory_order_release,
 						      memory_order_relaxed));
 	return slab;
+}
+
+/* ---- returning slabs (see "Returning slabs" above) ----------------- */
+
+#define KVP_RECLAIM_KEEP 64u /* slabs kept without a reclaim (512 KiB) */
+/* Between two reclaims no thread asked for (kvp_thread_flush). */
+#define KVP_RECLAIM_PERIOD_NS 1000000000ull
+
+static uint64_t coarse_now_ns(void);
+static void reclaim_finish(struct rcu_head *head);
+static bool retire_flush(struct kvp_manager *m, void (*fn)(struct rcu_head *));
+static void seq_recycle_asked(struct rcu_head *head);
+
+/* Whether most of m's structs are idle (live sequences under half of
+ * them), m holds more than KVP_RECLAIM_KEEP slabs, and a reclaim may
+ * start now (asked, or KVP_RECLAIM_PERIOD_NS since the last one). */
+static bool reclaim_due(struct kvp_manager *m)
+{
+	/* Relaxed, all: they only decide whether a reclaim is worth it. */
+	uint64_t nslabs =
+		atomic_load_explicit(&m->seqs.nslabs, memory_order_relaxed);
+	uint64_t sum[STAT_FIELDS];
+	int64_t live;
+
+	if (nslabs <= KVP_RECLAIM_KEEP)
+		return false;
+	if (!atomic_load_explicit(&m->seqs.asked, memory_order_relaxed) &&
+	    coarse_now_ns() - atomic_load_explicit(&m->seqs.reclaimed_ns,
+						   memory_order_relaxed) <
+		    KVP_RECLAIM_PERIOD_NS)
+		return false;
+	mgr_stat_sum(m->shards, sum);
+	live = (int64_t)STAT_OF(sum, sequences);
+	return live < (int64_t)(nslabs * KVP_SEQ_SLAB / 2);
+}
+
+/*
+ * The reclaim of m owned (reclaiming is 1): detaches m's free list, bumps
+ * the epoch and queues reclaim_finish after a grace period.  False if the
+ * free list was empty (reclaiming stays 1: the caller ends it).
+ */
+static bool reclaim_start(struct kvp_manager *m)
+{
+	struct kvp_seq *chain;
+
+	atomic_store_explicit(&m->seqs.asked, false, memory_order_relaxed);
+	/* Acquire: pairs with seq_free_push()'s release (the structs' last
+	 * state, before reclaim_finish reads and frees them). */
+	chain = atomic_exchange_explicit(&m->seqs.free_seqs, NULL,
+					 memory_order_acquire);
+	if (!chain)
+		return false;
+	m->seqs.reclaim_chain = chain;
+	/* Seq_cst: after the detach, before the grace period that
+	 * call_rcu starts; a lookup-cache reader that misses it began its
+	 * read-side section before that grace period (seq_acquire). */
+	atomic_fetch_add_explicit(&m->seqs.epoch, 1, memory_order_seq_cst);
+	kvp_rcu_call(&m->seqs.reclaim_rcu, reclaim_finish);
+	return true;
+}
+
+/* From an RCU callback: starts a reclaim of m if one is due and none is
+ * under way or m is being destroyed. */
+static void reclaim_try(struct kvp_manager *m)
+{
+	uint32_t idle = 0;
+
+	/* Acquire: pairs with seqslab_dying()'s release. */
+	if (atomic_load_explicit(&m->seqs.closing, memory_order_acquire) ||
+	    !reclaim_due(m))
+		return;
+	/* Acquire: the previous reclaim's writes (slab list, counters). */
+	if (!atomic_compare_exchange_strong_explicit(
+		    &m->seqs.reclaiming, &idle, 1, memory_order_acquire,
+		    memory_order_relaxed)) {
+		/* The one under way detached its chain before the structs
+		 * we just recycled: it starts another when it ends. */
+		atomic_store_explicit(&m->seqs.again, true,
+				      memory_order_relaxed);
+		return;
+	}
+	if (!reclaim_start(m))
+		/* Release: pairs with the next reclaimer's acquire. */
+		atomic_store_explicit(&m->seqs.reclaiming, 0,
+				      memory_order_release);
+}
+
+/* Counts the detached structs of each slab (nidle, which the reclaimer
+ * alone writes and leaves 0); returns the slabs counted, linked through
+ * counted_next. */
+static struct seq_slab *slabs_count(struct kvp_seq *chain)
+{
+	struct seq_slab *counted = NULL;
+
+	/* Relaxed, here and below: the chain is ours (detached, and a
+	 * grace period passed since any popper could read it). */
+	for (struct kvp_seq *s = chain; s;
+	     s = atomic_load_explicit(&s->link, memory_order_relaxed))
+		if (s->slab->nidle++ == 0) {
+			s->slab->counted_next = counted;
+			counted = s->slab;
+		}
+	return counted;
+}
+
+/* Puts back on m's free list the structs of the chain whose slab keeps
+ * some struct elsewhere (nidle short of a whole slab). */
+static void chain_keep(struct kvp_manager *m, struct kvp_seq *chain)
+{
+	struct kvp_seq *first = NULL, *last = NULL, *next;
+
+	for (struct kvp_seq *s = chain; s; s = next) {
+		next = atomic_load_explicit(&s->link, memory_order_relaxed);
+		if (s->slab->nidle == KVP_SEQ_SLAB)
+			continue;
+		atomic_store_explicit(&s->link, first, memory_order_relaxed);
+		if (!last)
+			last = s;
+		first = s;
+	}
+	/* No ABA: a grace period passed since the detach, so no pop that
+	 * read one of them as the head is still under way. */
+	if (first)
+		seq_free_push(m, first, last);
+}
+
+/* Unlinks from m's slab list every slab wholly idle (nidle is a whole
+ * slab).  Pushers only CAS the head, so a slab below it is unlinked with
+ * a plain store, and the head with a CAS. */
+static void slabs_unlink(struct kvp_manager *m)
+{
+	struct seq_slab *head, *prev;
+
+	/* Acquire: pairs with slab_new()'s release push. */
+	head = atomic_load_explicit(&m->seqs.slabs, memory_order_acquire);
+	while (head && head->nidle == KVP_SEQ_SLAB)
+		/* Acquire: a failed CAS reloads a newer push. */
+		if (atomic_compare_exchange_weak_explicit(
+			    &m->seqs.slabs, &head, head->next,
+			    memory_order_acquire, memory_order_acquire))
+			head = head->next;
+	for (prev = head; prev && prev->next;) {
+		if (prev->next->nidle == KVP_SEQ_SLAB)
+			prev->next = prev->next->next;
+		else
+			prev = prev->next;
+	}
+}
+
+/* Frees the wholly idle slabs among `counted` (unlinked already) and
+ * resets the others' counts; returns how many were freed. */
+static uint32_t slabs_free(struct seq_slab *counted)
+{
+	uint32_t freed = 0;
+
+	while (counted) {
+		struct seq_slab *slab = counted;
+
+		counted = slab->counted_next;
+		if (slab->nidle != KVP_SEQ_SLAB) {
+			slab->nidle = 0;
+			continue;
+		}
+		for (int i = 0; i < KVP_SEQ_SLAB; i++)
+			btable_fini(&slab->seqs[i].table);
+		kvp_free_aligned(slab, _Alignof(struct seq_slab),
+				 sizeof(*slab));
+		freed++;
+	}
+	return freed;
+}
+
+/*
+ * RCU callback, a grace period after reclaim_start(): no popper, map
+ * reader or lookup-cache reader can still hold a struct of the detached
+ * chain.  Slabs whose every struct is in it go back to the allocator
+ * (and the allocator's free memory to the system); the other structs
+ * return to the free list.  Starts the next reclaim if a recycling found
+ * this one under way (its structs came after our detach).
+ */
+static void reclaim_finish(struct rcu_head *head)
+{
+	struct kvp_manager *m = caa_container_of(
+		caa_container_of(head, struct seqslab, reclaim_rcu),
+		struct kvp_manager, seqs);
+	struct kvp_seq *chain;
+	struct seq_slab *counted;
+	uint32_t freed;
+
+	kvp_rcu_reclaim_head(head);
+	chain = m->seqs.reclaim_chain;
+	counted = slabs_count(chain);
+	chain_keep(m, chain);
+	slabs_unlink(m);
+	freed = slabs_free(counted);
+	/* Relaxed: counters that pace reclaims and feed the dump. */
+	atomic_fetch_sub_explicit(&m->seqs.nslabs, freed, memory_order_relaxed);
+	atomic_fetch_add_explicit(&m->seqs.slabs_returned, freed,
+				  memory_order_relaxed);
+	atomic_store_explicit(&m->seqs.reclaimed_ns, coarse_now_ns(),
+			      memory_order_relaxed);
+	if (freed)
+		kvp_alloc_trim();
+	kvp_rcu_callback_done();
+	/* Relaxed: set by a reclaim_try() of an earlier callback (liburcu's
+	 * worker runs them one at a time).  Acquire: pairs with
+	 * seqslab_dying()'s release. */
+	if (atomic_exchange_explicit(&m->seqs.again, false,
+				     memory_order_relaxed) &&
+	    !atomic_load_explicit(&m->seqs.closing, memory_order_acquire) &&
+	    reclaim_start(m))
+		return;
+	/* Release: our writes before the next reclaimer's (or the
+	 * destruction's) acquire; m may be freed right after. */
+	atomic_store_explicit(&m->seqs.reclaiming, 0, memory_order_release);
+}
+
+/* RCU callback of kvp_thread_flush when it had nothing to retire: a
+ * reclaim, if due, after the recycling queued before it. */
+static void reclaim_kick(struct rcu_head *head)
+{
+	struct kvp_manager *m = caa_container_of(
+		caa_container_of(head, struct seqslab, kick_rcu),
+		struct kvp_manager, seqs);
+
+	kvp_rcu_reclaim_head(head);
+	atomic_store_explicit(&m->seqs.asked, true, memory_order_relaxed);
+	reclaim_try(m);
+	kvp_rcu_callback_done();
+	/* Release: pairs with seqslab_quiesce()'s acquire. */
+	atomic_store_explicit(&m->seqs.kicking, 0, memory_order_release);
+}
+
+/* kvp_thread_flush, for a live manager m (registry lock held): retired
+ * structs go to call_rcu, and a reclaim is asked for once they are on
+ * the free list (by their callback, or by a kick if there were none).
+ * `asked` is set only there: a batch retired earlier, recycled after
+ * this call, must not start the asked reclaim before ours arrive. */
+static void reclaim_ask(struct kvp_manager *m)
+{
+	uint32_t idle = 0;
+
+	if (retire_flush(m, seq_recycle_asked))
+		return;
+	/* Acquire: the previous kick's end. */
+	if (atomic_compare_exchange_strong_explicit(&m->seqs.kicking, &idle,
+						    1, memory_order_acquire,
+						    memory_order_relaxed))
+		kvp_rcu_call(&m->seqs.kick_rcu, reclaim_kick);
 }
 
 /* RCU callback: a batch of removed (or never published) structs, chained
@@ -97,18 +397,38 @@ static void seq_recycle(struct rcu_head *head)
 					    memory_order_relaxed)))
 		last = next;
 	seq_free_push(first->mgr, first, last);
+	reclaim_try(first->mgr);
 	kvp_rcu_callback_done();
 }
 
-/* Hands every retired struct of m to one call_rcu. */
-void seqslab_flush(struct kvp_manager *m)
+/* seq_recycle() for the batch of a kvp_thread_flush: the reclaim it
+ * asks for may start at once. */
+static void seq_recycle_asked(struct rcu_head *head)
+{
+	struct kvp_seq *first = caa_container_of(head, struct kvp_seq, rcu);
+
+	/* Relaxed: read by reclaim_try() in this same callback. */
+	atomic_store_explicit(&first->mgr->seqs.asked, true,
+			      memory_order_relaxed);
+	seq_recycle(head);
+}
+
+/* Hands every retired struct of m to one call_rcu of fn; false if none
+ * was waiting. */
+static bool retire_flush(struct kvp_manager *m, void (*fn)(struct rcu_head *))
 {
 	/* Acquire: pairs with the release pushes of retire_push(). */
 	struct kvp_seq *batch = atomic_exchange_explicit(
 		&m->seqs.retired, NULL, memory_order_acquire);
 
 	if (batch)
-		kvp_rcu_call(&batch->rcu, seq_recycle);
+		kvp_rcu_call(&batch->rcu, fn);
+	return batch != NULL;
+}
+
+void seqslab_flush(struct kvp_manager *m)
+{
+	(void)retire_flush(m, seq_recycle);
 }
 
 #define KVP_RETIRE_BATCH 64u		  /* retirements between clock reads */
@@ -261,9 +581,12 @@ void seqslab_unregister(struct kvp_manager *m)
  * words: it may be loaded with dlopen).
  *
  * The lookup cache: id -> struct, direct-mapped, keyed by the manager's
- * uid (never reused), so an entry of a destroyed manager never matches.
- * A hit is confirmed under the struct's lock (not dead, same id); the
- * struct being type-stable, a stale entry is only a miss.
+ * uid (never reused), so an entry of a destroyed manager never matches,
+ * and stamped with the manager's reclaim epoch, so an entry older than
+ * the last reclaim is never dereferenced.  A hit is confirmed under the
+ * struct's lock (not dead, same id) inside a read-side section; the
+ * struct being type-stable while its slab lives, a stale entry is only a
+ * miss.
  *
  * The stashes of free structs: a struct freed by a thread is taken again
  * by that thread's next create or fork, at once and hot in its cache,
@@ -281,6 +604,7 @@ void seqslab_unregister(struct kvp_manager *m)
 #define SEQ_CACHE_SLOTS 1024
 struct seq_cache_entry {
 	uint64_t muid, id;
+	uint64_t epoch; /* the manager's reclaim epoch when s was alive */
 	struct kvp_seq *s;
 };
 #define KVP_STASHES 4
@@ -305,7 +629,7 @@ static KVP_TLS struct seq_thread *seq_thr; /* owner thread */
 static pthread_key_t seq_thr_key;
 static pthread_once_t seq_thr_once = PTHREAD_ONCE_INIT;
 
-static void stash_return(struct seq_stash *st);
+static void stash_return(struct seq_stash *st, bool flush);
 
 /* Thread exit: the stashes go back to their managers. */
 static void seq_thread_exit(void *arg)
@@ -313,7 +637,7 @@ static void seq_thread_exit(void *arg)
 	struct seq_thread *th = arg;
 
 	for (int i = 0; i < KVP_STASHES; i++)
-		stash_return(&th->stashes[i]);
+		stash_return(&th->stashes[i], false);
 	kvp_free(th, sizeof(*th));
 	seq_thr = NULL;
 }
@@ -376,10 +700,13 @@ static void stash_add_fresh(struct seq_stash *st)
 		stash_push(st, &st->fresh->seqs[i]);
 }
 
-/* Empties st, handing its structs back to its manager if it is alive. */
-static void stash_return(struct seq_stash *st)
+/* Empties st, handing its structs back to its manager if it is alive;
+ * with flush (kvp_thread_flush), the manager's retired structs go to
+ * call_rcu and a reclaim is asked for after them. */
+static void stash_return(struct seq_stash *st, bool flush)
 {
-	if (st->n || (st->fresh && st->fresh_next < KVP_SEQ_SLAB)) {
+	if (st->n || (st->fresh && st->fresh_next < KVP_SEQ_SLAB) ||
+	    (flush && st->muid)) {
 		kvp_check_pthread(pthread_mutex_lock(&mgr_registry_lock));
 		/* No manager left the registry since m was set (and m was
 		 * registered then, being in use): registered still, with
@@ -393,7 +720,11 @@ static void stash_return(struct seq_stash *st)
 			stash_add_fresh(st);
 			/* The tail kept, not found by a walk down the list:
 			 * its structs are cold by now, each link a miss. */
-			retire_push(st->m, st->head, st->tail, st->n, false);
+			if (st->n)
+				retire_push(st->m, st->head, st->tail, st->n,
+					    false);
+			if (flush)
+				reclaim_ask(st->m);
 		}
 		kvp_check_pthread(pthread_mutex_unlock(&mgr_registry_lock));
 	}
@@ -412,7 +743,7 @@ static struct seq_stash *stash_for(struct kvp_manager *m)
 	st = &th->stashes[m->uid % KVP_STASHES];
 	if (likely(st->muid == m->uid))
 		return st;
-	stash_return(st);
+	stash_return(st, false);
 	st->muid = m->uid;
 	st->m = m;
 	/* Relaxed: compared under mgr_registry_lock, where it is written;
@@ -548,29 +879,53 @@ static bool seq_lock_live(struct kvp_seq *s, uint64_t id)
 	return false;
 }
 
-/* Remembers s, just published, in this thread's lookup cache. */
+/* m's reclaim epoch.  Acquire: pairs with reclaim_start()'s increment,
+ * so that a reader of the new epoch sees the detach before it. */
+static inline uint64_t seq_epoch(struct kvp_manager *m)
+{
+	return atomic_load_explicit(&m->seqs.epoch, memory_order_acquire);
+}
+
+/* Remembers s, just published, in this thread's lookup cache.  s is
+ * locked and alive: the epoch read now is one no reclaim of s's slab
+ * can have bumped (see "Returning slabs"). */
 void seq_cache_note(struct kvp_manager *m, uint64_t id, struct kvp_seq *s)
 {
 	struct seq_cache_entry *e = seq_cache_slot(id);
 
 	if (e)
-		*e = (struct seq_cache_entry){.muid = m->uid, .id = id, .s = s};
+		*e = (struct seq_cache_entry){
+			.muid = m->uid, .id = id, .epoch = seq_epoch(m), .s = s};
 }
 
+/*
+ * The whole lookup runs in one read-side section: a cache entry's struct
+ * is locked only if its epoch is current, and a reclaim that bumped the
+ * epoch unseen by us waits for our section before freeing anything.  The
+ * epoch is read before the struct is found alive, so an entry is never
+ * newer than the life it records.
+ */
 struct kvp_seq *seq_acquire(struct kvp_manager *m, uint64_t id)
 {
 	struct seq_cache_entry *e = seq_cache_slot(id);
 	struct kvp_seq *s;
+	uint64_t epoch;
 
-	if (e && e->muid == m->uid && e->id == id && seq_lock_live(e->s, id))
-		return e->s;
 	kvp_rcu_read_lock();
+	epoch = seq_epoch(m);
+	if (e && e->muid == m->uid && e->id == id && e->epoch == epoch &&
+	    seq_lock_live(e->s, id)) {
+		s = e->s;
+		goto out;
+	}
 	s = seqmap_lookup(&m->map, id);
 	if (s && !seq_lock_live(s, id))
 		s = NULL;
-	kvp_rcu_read_unlock();
 	if (s && e)
-		*e = (struct seq_cache_entry){.muid = m->uid, .id = id, .s = s};
+		*e = (struct seq_cache_entry){
+			.muid = m->uid, .id = id, .epoch = epoch, .s = s};
+out:
+	kvp_rcu_read_unlock();
 	return s;
 }
 
@@ -583,6 +938,15 @@ void seqslab_init(struct seqslab *sl)
 	atomic_init(&sl->nretired, 0);
 	atomic_init(&sl->flushed_n, 0);
 	atomic_init(&sl->flushed_ns, 0);
+	atomic_init(&sl->epoch, 0);
+	atomic_init(&sl->nslabs, 0);
+	atomic_init(&sl->slabs_returned, 0);
+	atomic_init(&sl->asked, false);
+	atomic_init(&sl->again, false);
+	atomic_init(&sl->closing, false);
+	atomic_init(&sl->reclaiming, 0);
+	atomic_init(&sl->kicking, 0);
+	atomic_init(&sl->reclaimed_ns, 0);
 }
 
 void seqslab_dying(struct kvp_manager *m)
@@ -590,6 +954,45 @@ void seqslab_dying(struct kvp_manager *m)
 	kvp_check_pthread(pthread_mutex_lock(&mgr_registry_lock));
 	m->seqs.dying = true;
 	kvp_check_pthread(pthread_mutex_unlock(&mgr_registry_lock));
+	/* Release: pairs with reclaim_try()'s acquire. */
+	atomic_store_explicit(&m->seqs.closing, true, memory_order_release);
+}
+
+void seqslab_quiesce(struct kvp_manager *m)
+{
+	/* A recycling callback may have queued a reclaim during the
+	 * barrier, and a reclaim the next one: wait until none is left.
+	 * Acquire: pairs with reclaim_finish()'s and reclaim_kick()'s
+	 * release (their last touch of m). */
+	do
+		kvp_rcu_barrier();
+	while (atomic_load_explicit(&m->seqs.reclaiming,
+				    memory_order_acquire) ||
+	       atomic_load_explicit(&m->seqs.kicking, memory_order_acquire));
+}
+
+void seqslab_counts(struct kvp_manager *m, uint64_t *held,
+		    uint64_t *returned)
+{
+	/* Relaxed: statistics. */
+	*held = atomic_load_explicit(&m->seqs.nslabs, memory_order_relaxed);
+	*returned = atomic_load_explicit(&m->seqs.slabs_returned,
+					 memory_order_relaxed);
+}
+
+/*
+ * Returns this thread's stashed structs to their managers, asks each of
+ * them for a reclaim after their retired structs' grace period, and
+ * flushes the thread's block caches (tcache.c).  Takes the registry lock
+ * (a manager may be under destruction meanwhile); no grace period is
+ * waited for.
+ */
+KVP_API void kvp_thread_flush(void)
+{
+	if (seq_thr)
+		for (int i = 0; i < KVP_STASHES; i++)
+			stash_return(&seq_thr->stashes[i], true);
+	tcache_thread_flush();
 }
 
 void seqslab_fini(struct kvp_manager *m)

@@ -33,10 +33,13 @@ struct kvp_manager;
 /*
  * A sequence.  Its struct is type-stable: it belongs to one manager, is
  * recycled (at once, through its freeing thread's stash, or after an RCU
- * grace period through the manager's free list) and freed only when the
- * manager is destroyed.  So a stale pointer to it (a map reader's, a
- * thread's lookup cache) is always safe to lock and check: `dead` or
- * another id means a miss.  The map never reads it (seqmap.c).
+ * grace period through the manager's free list), and freed with its slab
+ * only when the whole slab rests on the free list and a grace period
+ * has passed (seqslab.c, "Returning slabs"), or when the manager is
+ * destroyed.  So a stale pointer to it (a map reader's inside its
+ * read-side section, a lookup-cache entry of the current epoch) is always
+ * safe to lock and check: `dead` or another id means a miss.  The map
+ * never reads it (seqmap.c).
  */
 struct kvp_seq {
 	/* Whole pairs of cache lines (CPUs prefetch lines in pairs):
@@ -78,6 +81,7 @@ struct kvp_seq {
 	 * source's): at the free, their references may be parked (pool.c).
 	 * lock. */
 	uint32_t hits;
+	struct seq_slab *slab; /* immutable: the slab it belongs to */
 	/* The next struct on the manager's retire list, in the batch handed
 	 * to call_rcu, on its free list, or on a thread's stash: a struct is
 	 * on one of them at a time.  Synchronization: see retire_push(),
@@ -86,7 +90,8 @@ struct kvp_seq {
 	struct rcu_head rcu;
 };
 
-/* Sequence structs come in cache-aligned slabs, freed with the manager. */
+/* Sequence structs come in cache-aligned slabs, returned once every struct
+ * of one rests on the free list (seqslab.c) or freed with the manager. */
 _Static_assert(sizeof(struct kvp_seq) % (2 * KVP_CACHELINE) == 0,
 	       "a sequence occupies whole pairs of cache lines");
 _Static_assert(offsetof(struct kvp_seq, table) + BTABLE_HOT_BYTES <=
@@ -95,7 +100,14 @@ _Static_assert(offsetof(struct kvp_seq, table) + BTABLE_HOT_BYTES <=
 #define KVP_SEQ_SLAB 32
 struct seq_slab {
 	struct kvp_seq seqs[KVP_SEQ_SLAB];
-	struct seq_slab *next; /* immutable: the manager's slab list */
+	/* The manager's slab list: set by the pusher before the push;
+	 * afterwards written (a slab unlinked) only by the reclaimer, and
+	 * read by it and by the destruction, after the last reclaim. */
+	struct seq_slab *next;
+	/* Reclaimer only (seqslab.c's reclaim_finish): the structs of the
+	 * slab counted on the detached free list, and the slabs counted. */
+	struct seq_slab *counted_next;
+	uint32_t nidle;
 };
 
 /* A manager's sequence structs. */
@@ -122,6 +134,27 @@ struct seqslab {
 	kvp_cacheline_aligned _Atomic(struct kvp_seq *) retired;
 	_Atomic uint32_t nretired, flushed_n;
 	_Atomic uint64_t flushed_ns;
+	/* Memory coming back (seqslab.c, "Returning slabs").  epoch: bumped
+	 * by each reclaim before its grace period; a lookup-cache entry is
+	 * only used under the epoch it was made in.  Read-mostly, so on a
+	 * line of its own.  Synchronization: atomic (see the argument). */
+	kvp_cacheline_aligned _Atomic uint64_t epoch;
+	/* Slabs held, and returned so far (relaxed: they pace reclaims and
+	 * feed kvp_manager_dump). */
+	_Atomic uint32_t nslabs;
+	_Atomic uint64_t slabs_returned;
+	/* A thread flushed (kvp_thread_flush): reclaim without waiting for
+	 * KVP_RECLAIM_PERIOD_NS.  again: a due reclaim found one under
+	 * way, which then starts another.  closing: destruction started, no
+	 * reclaim starts.  reclaiming, kicking: a reclaim or a kick is
+	 * queued on call_rcu (the destruction waits for both to end). */
+	_Atomic bool asked, again, closing;
+	_Atomic uint32_t reclaiming, kicking;
+	_Atomic uint64_t reclaimed_ns;
+	/* The detached free list a reclaim counts: written before its
+	 * call_rcu, read by its callback (the hand-off orders them). */
+	struct kvp_seq *reclaim_chain;
+	struct rcu_head reclaim_rcu, kick_rcu;
 };
 
 static inline uint32_t seq_tokens(const struct kvp_seq *s)
@@ -171,18 +204,26 @@ struct kvp_seq *seq_acquire(struct kvp_manager *m, uint64_t id);
 struct kvp_seq *seq_take(struct kvp_manager *m);
 /* Recycles a dead struct, unpublished or removed from the map. */
 void seq_release(struct kvp_seq *s);
-/* Remembers s, just published under id, in this thread's lookup cache. */
+/* Remembers s, just published under id, in this thread's lookup cache.
+ * The caller holds s's lock and s is alive (so it cannot be on its way
+ * back to the system). */
 void seq_cache_note(struct kvp_manager *m, uint64_t id, struct kvp_seq *s);
 
 /* Manager creation: an empty seqslab, then m in the registry. */
 void seqslab_init(struct seqslab *sl);
 void seqslab_register(struct kvp_manager *m);
-/* Destruction starts: threads keep their stashed structs of m. */
+/* Destruction starts: threads keep their stashed structs of m, and no
+ * reclaim of m starts any more. */
 void seqslab_dying(struct kvp_manager *m);
 /* Hands every retired struct of m to one call_rcu. */
 void seqslab_flush(struct kvp_manager *m);
+/* Slabs m holds and has returned (kvp_manager_dump). */
+void seqslab_counts(struct kvp_manager *m, uint64_t *held,
+		    uint64_t *returned);
 /* Destruction ends: m leaves the registry, its slabs are freed (every
- * struct recycled: after seqslab_flush and an RCU barrier). */
+ * struct recycled: after seqslab_flush and seqslab_quiesce). */
+/* Waits (RCU barriers) until no recycling or reclaim of m is queued. */
+void seqslab_quiesce(struct kvp_manager *m);
 void seqslab_unregister(struct kvp_manager *m);
 void seqslab_fini(struct kvp_manager *m);
 /* Calls fn(o, arg) for every registered manager o, under the registry

@@ -341,7 +341,7 @@ static void thread_exit(void *arg)
 	memset(&tcache_last, 0, sizeof(tcache_last));
 }
 
-KVP_API void kvp_thread_flush(void)
+void tcache_thread_flush(void)
 {
 	if (self.n)
 		release_all(false);

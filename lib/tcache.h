@@ -130,6 +130,9 @@ extern __attribute__((visibility("hidden"))) bool tcache_membarrier_ok;
  * use the global stack directly).
  */
 struct tcache *tcache_get_slow(struct tcache_depot *d);
+/* Returns the calling thread's cached blocks and parked references to
+ * their pools (kvp_thread_flush, seqslab.c, calls it). */
+void tcache_thread_flush(void);
 
 struct tcache_tls_last {
 	struct tcache_depot *depot;
