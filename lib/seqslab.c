@@ -913,10 +913,15 @@ struct kvp_seq *seq_acquire(struct kvp_manager *m, uint64_t id)
 
 	kvp_rcu_read_lock();
 	epoch = seq_epoch(m);
-	if (e && e->muid == m->uid && e->id == id && e->epoch == epoch &&
-	    seq_lock_live(e->s, id)) {
-		s = e->s;
-		goto out;
+	if (e && e->muid == m->uid && e->id == id && e->epoch == epoch) {
+		/* Not m's struct: the entry outlived its slab (a broken
+		 * epoch) and the memory serves something else now. */
+		if (unlikely(e->s->mgr != m))
+			kvp_fatal("a lookup-cache entry outlived its slab");
+		if (seq_lock_live(e->s, id)) {
+			s = e->s;
+			goto out;
+		}
 	}
 	s = seqmap_lookup(&m->map, id);
 	if (s && !seq_lock_live(s, id))
