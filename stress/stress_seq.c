@@ -27,8 +27,9 @@
  * them and calls kvp_thread_flush, so that the managers return whole
  * slabs of sequence structs while the others look up, append to, fork
  * and free the same ids: their lookup caches hold entries for structs
- * whose slabs go back (seqslab.c, "Returning slabs").  The run fails
- * unless slabs were returned.
+ * whose slabs go back (seqslab.c, "Returning slabs").  With two threads
+ * or more, the first only pokes: no creates of its own overwrite its
+ * cache's entries.  The run fails unless slabs were returned.
  *
  * At the end every sequence is freed; the program requires both managers'
  * kvp_manager_check() (every block's refcount equals the table entries
@@ -64,6 +65,10 @@ static int reclaim_threads;
 static _Atomic int reclaim_next; /* the next thread's range */
 #define RECLAIM_BASE 1000000ull
 #define RECLAIM_BURST 2048u
+/* Pokes go to the first ids of each range: few enough that a thread's
+ * lookup cache keeps entries for them from one burst to the next, so its
+ * lookups meet entries whose slabs went back meanwhile. */
+#define RECLAIM_POKED 256u
 static _Atomic uint64_t counts[16];
 
 enum { OP_CREATE, OP_APPEND, OP_FORK, OP_FREE, OP_TRUNC, OP_TRIM, OP_EVICT,
@@ -417,8 +422,10 @@ static uint64_t reclaim_id(int t, uint32_t i)
 static void reclaim_poke(struct kvp_manager *m, int me, uint32_t i,
 			 uint64_t *seed)
 {
-	int t = (int)(rnd(seed) % (uint64_t)reclaim_threads);
-	uint64_t other = reclaim_id(t, (uint32_t)(rnd(seed) % RECLAIM_BURST));
+	/* The poker's range (me < 0: thread 0's) stays empty. */
+	int t = me < 0 ? 1 + (int)(rnd(seed) % (uint64_t)(reclaim_threads - 1))
+		       : (int)(rnd(seed) % (uint64_t)reclaim_threads);
+	uint64_t other = reclaim_id(t, (uint32_t)(rnd(seed) % RECLAIM_POKED));
 	uint32_t r = (uint32_t)(rnd(seed) % 100);
 	int err;
 
@@ -427,7 +434,7 @@ static void reclaim_poke(struct kvp_manager *m, int me, uint32_t i,
 		count(OP_READ);
 	} else if (r < 70) {
 		do_append(m, other, 1 + (uint32_t)(rnd(seed) % BT));
-	} else if (r < 85) {
+	} else if (r < 85 && me >= 0) {
 		/* Into our own range: freed with our burst. */
 		err = kvp_seq_fork(m, other, reclaim_id(me, i));
 		expect("fork", err, -ENOENT, -EEXIST, 0);
@@ -444,6 +451,9 @@ static void *reclaim_worker(void *arg)
 	int me = atomic_fetch_add_explicit(&reclaim_next, 1,
 					   memory_order_relaxed);
 
+	while (me == 0 && reclaim_threads > 1 &&
+	       !atomic_load_explicit(&stop, memory_order_relaxed))
+		reclaim_poke(mgr[rnd(&seed) & 1], -1, 0, &seed);
 	while (!atomic_load_explicit(&stop, memory_order_relaxed)) {
 		struct kvp_manager *m = mgr[rnd(&seed) & 1];
 		int err;
