@@ -384,33 +384,42 @@ static void reclaim_ask(struct kvp_manager *m)
 		kvp_rcu_call(&m->seqs.kick_rcu, reclaim_kick);
 }
 
-/* RCU callback: a batch of removed (or never published) structs, chained
- * through `link`, becomes reusable: one splice onto the free list. */
-static void seq_recycle(struct rcu_head *head)
+/* A batch of removed (or never published) structs, chained through
+ * `link`, becomes reusable: one splice onto the free list.  asked: the
+ * batch of a kvp_thread_flush, whose reclaim may start at once. */
+static void recycle(struct rcu_head *head, bool asked)
 {
 	struct kvp_seq *first = caa_container_of(head, struct kvp_seq, rcu);
 	struct kvp_seq *last = first, *next;
+	struct kvp_manager *m;
 
 	kvp_rcu_reclaim_head(head);
+	/* Read while the batch is ours (once pushed, a reclaim may free
+	 * its slabs). */
+	m = first->mgr;
 	/* Relaxed: the batch was handed over with the call_rcu. */
 	while ((next = atomic_load_explicit(&last->link,
 					    memory_order_relaxed)))
 		last = next;
-	seq_free_push(first->mgr, first, last);
-	reclaim_try(first->mgr);
+	seq_free_push(m, first, last);
+	if (asked)
+		/* Relaxed: read by reclaim_try() right below. */
+		atomic_store_explicit(&m->seqs.asked, true,
+				      memory_order_relaxed);
+	reclaim_try(m);
 	kvp_rcu_callback_done();
 }
 
-/* seq_recycle() for the batch of a kvp_thread_flush: the reclaim it
- * asks for may start at once. */
+/* RCU callbacks of recycle(): a batch retired on the way, and the batch
+ * of a kvp_thread_flush. */
+static void seq_recycle(struct rcu_head *head)
+{
+	recycle(head, false);
+}
+
 static void seq_recycle_asked(struct rcu_head *head)
 {
-	struct kvp_seq *first = caa_container_of(head, struct kvp_seq, rcu);
-
-	/* Relaxed: read by reclaim_try() in this same callback. */
-	atomic_store_explicit(&first->mgr->seqs.asked, true,
-			      memory_order_relaxed);
-	seq_recycle(head);
+	recycle(head, true);
 }
 
 /* Hands every retired struct of m to one call_rcu of fn; false if none
