@@ -38,14 +38,19 @@
  *    before it reached the free list, so no map reader holds it;
  *  - every pop that read one of them as the head has ended (pops run in
  *    read-side sections, and no later pop can reach a detached struct);
- *  - a lookup-cache entry is used only inside a read-side section and
- *    only if its epoch is current (seq_acquire).  A section that did not
- *    see the bump began before the grace period and has ended; one that
- *    sees it rejects every older entry.  An entry is stamped with the
- *    epoch read before its struct was seen alive (seq_acquire) or while
- *    it is locked and alive (seq_cache_note); a struct of the chain is
- *    dead from before the detach until it is pushed back, so an entry
- *    stamped after the bump never names a struct the reclaim frees.
+ *  - a lookup-cache entry is used only between its owner's stores of
+ *    `busy` (1, then 0) and only if its epoch is current (seq_cache_hit).
+ *    reclaim_finish first waits for every thread's busy to clear behind
+ *    a membarrier (seq_threads_wait): a Dekker pair (owner: store busy,
+ *    load the epoch; reclaimer: store the epoch, fence, load busy), as
+ *    tcache.c's drains, so an owner either saw the bump and rejects its
+ *    older entries, or is waited for.  The hot path pays two stores to
+ *    its own line and a compiler barrier, not a read-side section.  An
+ *    entry is stamped with the epoch read before its struct was seen
+ *    alive (seq_acquire) or while it is locked and alive
+ *    (seq_cache_note); a struct of the chain is dead from before the
+ *    detach until it is pushed back, so an entry stamped after the bump
+ *    never names a struct the reclaim frees.
  * So reclaim_finish owns the chain.  It counts its structs per slab; a
  * slab with all KVP_SEQ_SLAB structs in the chain has none anywhere else
  * (stash, retire list, fresh, live), and it is unlinked from the slab
@@ -64,10 +69,9 @@
  * periods after kvp_thread_flush (the freed structs', then the
  * reclaim's).  While a reclaim's grace period runs, creates that find no
  * stashed or fresh struct allocate new slabs: the period keeps a steady
- * churn from paying that more than once a second.  No hot path changes:
- * a lookup-cache hit enters a read-side section and reads the epoch (a
- * line written once per reclaim); the rest runs in callbacks and in
- * kvp_thread_flush.  The destruction waits for queued reclaims
+ * churn from paying that more than once a second.  A lookup-cache hit
+ * marks busy and reads the epoch (a line written once per reclaim); the
+ * rest runs in callbacks and in kvp_thread_flush.  The destruction waits for queued reclaims
  * (seqslab_quiesce).
  */
 #include <errno.h>
@@ -143,6 +147,7 @@ static struct seq_slab *slab_new(struct kvp_manager *m)
 
 static uint64_t coarse_now_ns(void);
 static void reclaim_finish(struct rcu_head *head);
+static void seq_threads_wait(void);
 static bool retire_flush(struct kvp_manager *m, void (*fn)(struct rcu_head *));
 static void seq_recycle_asked(struct rcu_head *head);
 
@@ -323,6 +328,7 @@ static void reclaim_finish(struct rcu_head *head)
 	uint32_t freed;
 
 	kvp_rcu_reclaim_head(head);
+	seq_threads_wait();
 	chain = m->seqs.reclaim_chain;
 	counted = slabs_count(chain);
 	chain_keep(m, chain);
@@ -593,7 +599,7 @@ void seqslab_unregister(struct kvp_manager *m)
  * uid (never reused), so an entry of a destroyed manager never matches,
  * and stamped with the manager's reclaim epoch, so an entry older than
  * the last reclaim is never dereferenced.  A hit is confirmed under the
- * struct's lock (not dead, same id) inside a read-side section; the
+ * struct's lock (not dead, same id) between the owner's busy marks; the
  * struct being type-stable while its slab lives, a stale entry is only a
  * miss.
  *
@@ -631,10 +637,37 @@ struct seq_stash {
 	uint32_t fresh_next;
 };
 struct seq_thread {
+	/* 1 while the owner uses a lookup-cache entry (seq_acquire), for
+	 * seq_threads_wait().  Written by the owner, read by reclaimers. */
+	_Atomic uint32_t busy;
+	/* Every thread's state, for seq_threads_wait(): seq_threads_lock. */
+	struct seq_thread *next, **pprev;
 	struct seq_cache_entry cache[SEQ_CACHE_SLOTS];
 	struct seq_stash stashes[KVP_STASHES];
 };
 static KVP_TLS struct seq_thread *seq_thr; /* owner thread */
+static pthread_mutex_t seq_threads_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct seq_thread *seq_threads; /* seq_threads_lock */
+
+/*
+ * Waits until no thread uses a lookup-cache entry it checked against an
+ * epoch older than the current one (see "Returning slabs").  The
+ * caller bumped the epoch before; the fence (membarrier, as a drain's
+ * in tcache.c) orders that store before our loads of `busy` as if each
+ * owner had fenced between its store of busy and its load of the epoch.
+ * Not a hot path: a reclaim's callback.
+ */
+static void seq_threads_wait(void)
+{
+	tcache_fence_all();
+	kvp_check_pthread(pthread_mutex_lock(&seq_threads_lock));
+	for (struct seq_thread *th = seq_threads; th; th = th->next)
+		/* Acquire: pairs with the owner's release store of 0 (its
+		 * use of the struct happens before our free). */
+		while (atomic_load_explicit(&th->busy, memory_order_acquire))
+			sched_yield();
+	kvp_check_pthread(pthread_mutex_unlock(&seq_threads_lock));
+}
 static pthread_key_t seq_thr_key;
 static pthread_once_t seq_thr_once = PTHREAD_ONCE_INIT;
 
@@ -647,6 +680,11 @@ static void seq_thread_exit(void *arg)
 
 	for (int i = 0; i < KVP_STASHES; i++)
 		stash_return(&th->stashes[i], false);
+	kvp_check_pthread(pthread_mutex_lock(&seq_threads_lock));
+	if (th->next)
+		th->next->pprev = th->pprev;
+	*th->pprev = th->next;
+	kvp_check_pthread(pthread_mutex_unlock(&seq_threads_lock));
 	kvp_free(th, sizeof(*th));
 	seq_thr = NULL;
 }
@@ -670,6 +708,13 @@ static __attribute__((noinline)) struct seq_thread *seq_thread_new(void)
 		kvp_free(th, sizeof(*th));
 		return NULL;
 	}
+	kvp_check_pthread(pthread_mutex_lock(&seq_threads_lock));
+	th->next = seq_threads;
+	if (th->next)
+		th->next->pprev = &th->next;
+	th->pprev = &seq_threads;
+	seq_threads = th;
+	kvp_check_pthread(pthread_mutex_unlock(&seq_threads_lock));
 	seq_thr = th;
 	return th;
 }
@@ -908,37 +953,57 @@ void seq_cache_note(struct kvp_manager *m, uint64_t id, struct kvp_seq *s)
 }
 
 /*
- * The whole lookup runs in one read-side section: a cache entry's struct
- * is locked only if its epoch is current, and a reclaim that bumped the
- * epoch unseen by us waits for our section before freeing anything.  The
- * epoch is read before the struct is found alive, so an entry is never
- * newer than the life it records.
+ * A lookup-cache hit needs no read-side section: between the owner's
+ * `busy` marks, an entry is used only if its epoch is current, and a
+ * reclaim waits for `busy` to clear after bumping the epoch
+ * (seq_threads_wait) before it frees anything.  The map's path runs in
+ * a read-side section, and stamps its entry with the epoch read before
+ * the struct was found alive, so an entry is never newer than the life
+ * it records.
  */
+static struct kvp_seq *seq_cache_hit(struct kvp_manager *m,
+				     struct seq_cache_entry *e, uint64_t id)
+{
+	struct seq_thread *th = seq_thr;
+	struct kvp_seq *s = NULL;
+
+	/* Relaxed: ordered before the epoch's load by the fence below, or
+	 * by the reclaimer's membarrier (tcache_enter's pattern). */
+	atomic_store_explicit(&th->busy, 1, memory_order_relaxed);
+	if (unlikely(!tcache_membarrier_ok))
+		atomic_thread_fence(memory_order_seq_cst);
+	else
+		kvp_compiler_barrier();
+	if (e->epoch == seq_epoch(m)) {
+		/* Not m's struct: the entry outlived its slab (a broken
+		 * epoch) and the memory serves something else now. */
+		if (unlikely(e->s->mgr != m))
+			kvp_fatal("a lookup-cache entry outlived its slab");
+		if (seq_lock_live(e->s, id))
+			s = e->s;
+	}
+	/* Release: our use of the struct before a reclaimer's free. */
+	atomic_store_explicit(&th->busy, 0, memory_order_release);
+	return s;
+}
+
 struct kvp_seq *seq_acquire(struct kvp_manager *m, uint64_t id)
 {
 	struct seq_cache_entry *e = seq_cache_slot(id);
 	struct kvp_seq *s;
 	uint64_t epoch;
 
+	if (e && e->muid == m->uid && e->id == id &&
+	    (s = seq_cache_hit(m, e, id)))
+		return s;
 	kvp_rcu_read_lock();
 	epoch = seq_epoch(m);
-	if (e && e->muid == m->uid && e->id == id && e->epoch == epoch) {
-		/* Not m's struct: the entry outlived its slab (a broken
-		 * epoch) and the memory serves something else now. */
-		if (unlikely(e->s->mgr != m))
-			kvp_fatal("a lookup-cache entry outlived its slab");
-		if (seq_lock_live(e->s, id)) {
-			s = e->s;
-			goto out;
-		}
-	}
 	s = seqmap_lookup(&m->map, id);
 	if (s && !seq_lock_live(s, id))
 		s = NULL;
 	if (s && e)
 		*e = (struct seq_cache_entry){
 			.muid = m->uid, .id = id, .epoch = epoch, .s = s};
-out:
 	kvp_rcu_read_unlock();
 	return s;
 }

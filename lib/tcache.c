@@ -357,6 +357,11 @@ static void drainer_fence(void)
 		kvp_fatal("membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) failed");
 }
 
+void tcache_fence_all(void)
+{
+	drainer_fence();
+}
+
 /*
  * Locks d's drains and freezes every cache of d (see the argument at the
  * top); returns the first cache.  Caches attach only under drain_lock, so
