@@ -23,7 +23,7 @@ void *kvp_malloc_aligned(size_t align, size_t size);
 void kvp_free_aligned(void *ptr, size_t align, size_t size);
 
 /* Gives the allocator's free memory back to the system, as far as it
- * can (seqslab.c, after returning slabs).  Slow: it may walk every arena
+ * can (seqmem.c, after returning slabs).  Slow: it may walk every arena
  * under its lock. */
 void kvp_alloc_trim(void);
 

@@ -3,7 +3,7 @@
  * open-addressing table (linear probing), RCU-protected.
  * Floor 6 of lib/ (doc/architecture.md, "Layers").
  *
- * Values are opaque non-NULL pointers (seqslab.c's sequence structs).
+ * Values are opaque non-NULL pointers (seqmem.h's sequence structs).
  * Lookups and iteration run inside an RCU read-side section
  * (kvp_rcu_read_lock); insert and remove run outside one (they take
  * their own, and may wait for a rebuild, which waits for a grace period;
