@@ -30,7 +30,8 @@
  * batch waiting for call_rcu, a thread's fresh slab (their structs are
  * not on the free list).  A reclaim (reclaim_start, from an RCU callback,
  * one per manager at a time: `reclaiming`) detaches the whole free list,
- * then bumps the manager's epoch, then queues reclaim_finish on call_rcu.
+ * then bumps the manager's epoch (redraws it: epochs are process-unique
+ * numbers, kvp_next_uid), then queues reclaim_finish on call_rcu.
  * After that grace period:
  *  - every struct of the chain was removed from the map a grace period
  *    before it reached the free list, so no map reader holds it;
@@ -191,10 +192,10 @@ static bool reclaim_start(struct kvp_manager *m)
 	if (!chain)
 		return false;
 	m->mem.reclaim_chain = chain;
-	/* Seq_cst: after the detach, before the grace period that
-	 * call_rcu starts; a lookup-cache reader that misses it began its
-	 * read-side section before that grace period (seq_acquire). */
-	atomic_fetch_add_explicit(&m->mem.epoch, 1, memory_order_seq_cst);
+	/* A new process-unique epoch.  Seq_cst: after the detach, before
+	 * seqmem_readers_wait()'s fence (the Dekker pair with readers). */
+	atomic_store_explicit(&m->mem.epoch, kvp_next_uid(),
+			      memory_order_seq_cst);
 	kvp_rcu_call(&m->mem.reclaim_rcu, reclaim_finish);
 	return true;
 }
@@ -626,7 +627,7 @@ void seqmem_init(struct seqmem *mem)
 	atomic_init(&mem->nretired, 0);
 	atomic_init(&mem->flushed_n, 0);
 	atomic_init(&mem->flushed_ns, 0);
-	atomic_init(&mem->epoch, 0);
+	atomic_init(&mem->epoch, kvp_next_uid());
 	atomic_init(&mem->nslabs, 0);
 	atomic_init(&mem->slabs_returned, 0);
 	atomic_init(&mem->asked, false);

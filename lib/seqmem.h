@@ -127,9 +127,10 @@ struct seqmem {
 	kvp_cacheline_aligned _Atomic(struct kvp_seq *) retired;
 	_Atomic uint32_t nretired, flushed_n;
 	_Atomic uint64_t flushed_ns;
-	/* Memory coming back (seqmem.c, "Returning slabs").  epoch: bumped
-	 * by each reclaim before its grace period; a lookup-cache entry is
-	 * only used under the epoch it was made in.  Read-mostly, so on a
+	/* Memory coming back (seqmem.c, "Returning slabs").  epoch: a
+	 * process-unique number (kvp_next_uid), redrawn by each reclaim
+	 * before its grace period; a lookup-cache entry is only used under
+	 * the epoch it was made in (so never for another manager).  Read-mostly, so on a
 	 * line of its own.  Synchronization: atomic (see the argument). */
 	kvp_cacheline_aligned _Atomic uint64_t epoch;
 	/* Slabs held, and returned so far (relaxed: they pace reclaims and
@@ -218,8 +219,8 @@ static inline void seqmem_reader_exit(struct seqmem_reader *r)
 	atomic_store_explicit(&r->busy, 0, memory_order_release);
 }
 
-/* m's reclaim epoch.  Acquire: pairs with reclaim_start()'s increment,
- * so that a reader of the new epoch sees the detach before it. */
+/* m's reclaim epoch.  Acquire: pairs with reclaim_start()'s store, so
+ * that a reader of the new epoch sees the detach before it. */
 static inline uint64_t seqmem_epoch(struct seqmem *mem)
 {
 	return atomic_load_explicit(&mem->epoch, memory_order_acquire);

@@ -99,12 +99,12 @@ void seqslab_unregister(struct kvp_manager *m)
  * words: it may be loaded with dlopen).
  *
  * The lookup cache: id -> struct, direct-mapped, keyed by the manager's
- * uid (never reused), so an entry of a destroyed manager never matches,
- * and stamped with the manager's reclaim epoch, so an entry older than
- * the last reclaim is never dereferenced.  A hit is confirmed under the
- * struct's lock (not dead, same id) between the owner's busy marks; the
- * struct being type-stable while its slab lives, a stale entry is only a
- * miss.
+ * epoch (a process-unique number that each reclaim redraws: seqmem.h),
+ * so an entry of another manager, of a destroyed one, or older than the
+ * last reclaim never matches and is never dereferenced.  A hit is
+ * confirmed under the struct's lock (not dead, same id) between the
+ * owner's reader marks; the struct being type-stable while its slab
+ * lives, a stale entry is only a miss.
  *
  * The stashes of free structs: a struct freed by a thread is taken again
  * by that thread's next create or fork, at once and hot in its cache,
@@ -121,8 +121,8 @@ void seqslab_unregister(struct kvp_manager *m)
  */
 #define SEQ_CACHE_SLOTS 1024
 struct seq_cache_entry {
-	uint64_t muid, id;
-	uint64_t epoch; /* the manager's reclaim epoch when s was alive */
+	uint64_t epoch; /* its manager's epoch when s was alive */
+	uint64_t id;
 	struct kvp_seq *s;
 };
 #define KVP_STASHES 4
@@ -399,7 +399,7 @@ void seq_cache_note(struct kvp_manager *m, uint64_t id, struct kvp_seq *s)
 
 	if (e)
 		*e = (struct seq_cache_entry){
-			.muid = m->uid, .id = id, .epoch = seq_epoch(m), .s = s};
+			.epoch = seq_epoch(m), .id = id, .s = s};
 }
 
 /*
@@ -436,8 +436,7 @@ struct kvp_seq *seq_acquire(struct kvp_manager *m, uint64_t id)
 	struct kvp_seq *s;
 	uint64_t epoch;
 
-	if (e && e->muid == m->uid && e->id == id &&
-	    (s = seq_cache_hit(m, e, id)))
+	if (e && e->id == id && (s = seq_cache_hit(m, e, id)))
 		return s;
 	kvp_rcu_read_lock();
 	epoch = seq_epoch(m);
@@ -446,7 +445,7 @@ struct kvp_seq *seq_acquire(struct kvp_manager *m, uint64_t id)
 		s = NULL;
 	if (s && e)
 		*e = (struct seq_cache_entry){
-			.muid = m->uid, .id = id, .epoch = epoch, .s = s};
+			.epoch = epoch, .id = id, .s = s};
 	kvp_rcu_read_unlock();
 	return s;
 }
