@@ -57,8 +57,9 @@
  * list and freed; the other structs go back on the free list (no ABA: a
  * grace period passed since the detach).  Only the reclaimer unlinks
  * slabs, and pushers only CAS the list's head, so a plain store unlinks
- * a slab below the head.  The allocator then gives its free pages back
- * (kvp_alloc_trim).
+ * a slab below the head.  A reclaim a thread asked for then has the
+ * allocator give its free pages back (kvp_alloc_trim: it holds arena
+ * locks for a while, so reclaims nobody asked for leave it be).
  *
  * When.  A recycling callback starts a reclaim when live sequences fill
  * under half of the structs, the manager holds more than
@@ -184,7 +185,10 @@ static bool reclaim_start(struct kvp_manager *m)
 {
 	struct kvp_seq *chain;
 
-	atomic_store_explicit(&m->mem.asked, false, memory_order_relaxed);
+	/* Relaxed: a thread asked (kvp_thread_flush); only then does the
+	 * reclaim trim the allocator. */
+	m->mem.reclaim_asked = atomic_exchange_explicit(&m->mem.asked, false,
+							memory_order_relaxed);
 	/* Acquire: pairs with seq_free_push()'s release (the structs' last
 	 * state, before reclaim_finish reads and frees them). */
 	chain = atomic_exchange_explicit(&m->mem.free_seqs, NULL,
@@ -341,8 +345,14 @@ static void reclaim_finish(struct rcu_head *head)
 				  memory_order_relaxed);
 	atomic_store_explicit(&m->mem.reclaimed_ns, coarse_now_ns(),
 			      memory_order_relaxed);
-	if (freed)
+	/* Only when asked: a trim holds the allocator's arena locks for
+	 * tens of milliseconds (the threads still freeing a burst would
+	 * wait on them), and the slabs freed meanwhile wait for it. */
+	m->mem.untrimmed += freed;
+	if (m->mem.reclaim_asked && m->mem.untrimmed) {
 		kvp_alloc_trim();
+		m->mem.untrimmed = 0;
+	}
 	kvp_rcu_callback_done();
 	/* Relaxed: set by a reclaim_try() of an earlier callback (liburcu's
 	 * worker runs them one at a time).  Acquire: pairs with

@@ -145,9 +145,13 @@ struct seqmem {
 	_Atomic bool asked, again, closing;
 	_Atomic uint32_t reclaiming, kicking;
 	_Atomic uint64_t reclaimed_ns;
-	/* The detached free list a reclaim counts: written before its
-	 * call_rcu, read by its callback (the hand-off orders them). */
+	/* The detached free list a reclaim counts, and whether a thread
+	 * asked for the reclaim: written before its call_rcu, read by its
+	 * callback (the hand-off orders them).  untrimmed: slabs freed since
+	 * the last kvp_alloc_trim (reclaimers only, one at a time). */
 	struct kvp_seq *reclaim_chain;
+	bool reclaim_asked;
+	uint32_t untrimmed;
 	struct rcu_head reclaim_rcu, kick_rcu;
 };
 
