@@ -60,12 +60,12 @@
  * Shrinks.  Removes are counted as claims are (sampled, into the table's
  * `removed`), and a remove that finds the live entries under 1/16 of the
  * slots asks for a rebuild sized from them alone (count_remove): so a
- * table grown for a burst goes back to its size for what is left.  It
- * is rationed as the growth is: only a table older than
- * KVP_SEQMAP_PERIOD_NS shrinks, unless it is under 1/64 full (then the
- * last removes of a drain still shrink it, at most log4 of its size
- * times in a row).  A steady churn keeps its live entries near the 1/4
- * a rebuild leaves, far from 1/16, so it never shrinks.  The remove that
+ * table grown for a burst goes back to its size for what is left.  Only
+ * a table that counted no claim for a period shrinks: a churn of fresh
+ * ids, whose tables fill with the keys of removed entries, is left to
+ * the growth's rationing (which shrinks an old table by half at most).
+ * And only a table older than a period, or built by a shrink: a drain
+ * shrinks its table a few times in a row, by 4 or more each time.  The remove that
  * asks pays the rebuild (a grace period), as the insert that asks for a
  * growth does, and only outside a read-side section of its caller's
  * (a manager's destruction removes everything inside one; it skips).
@@ -101,12 +101,14 @@ struct seqmap_slot {
 struct seqmap_table {
 	uint64_t mask;	   /* slots - 1; immutable */
 	uint64_t built_ns; /* when it was built; immutable */
+	/* Whether a shrink built it (count_remove); immutable. */
+	bool shrunk;
 	/* 1 once a rebuilder owns the table: no one writes it any more. */
 	kvp_cacheline_aligned _Atomic uint32_t frozen;
-	/* Keys claimed and values removed, counted in batches
-	 * (approximate, relaxed). */
+	/* Keys claimed and values removed, counted in batches, and when a
+	 * claim batch was last counted (approximate, relaxed). */
 	kvp_cacheline_aligned _Atomic uint64_t claimed;
-	_Atomic uint64_t removed;
+	_Atomic uint64_t removed, claimed_ns;
 	struct rcu_head rcu;
 	kvp_cacheline_aligned struct seqmap_slot slots[];
 };
@@ -155,6 +157,7 @@ static struct seqmap_table *table_new(uint64_t slots)
 		kvp_advise_huge(t, bytes);
 	t->mask = slots - 1;
 	t->built_ns = now_ns();
+	atomic_init(&t->claimed_ns, t->built_ns);
 	return t;
 }
 
@@ -241,20 +244,23 @@ static bool count_claim(struct seqmap_table *t, uint64_t h)
 	c = atomic_fetch_add_explicit(&t->claimed, KVP_SEQMAP_CLAIM_BATCH,
 				      memory_order_relaxed) +
 	    KVP_SEQMAP_CLAIM_BATCH;
+	/* Relaxed: it only keeps count_remove() from shrinking t. */
+	atomic_store_explicit(&t->claimed_ns, now_ns(), memory_order_relaxed);
 	return c > (t->mask + 1) / 2;
 }
 
 /*
  * Counts a remove of the key whose hash is h from t, sampled as
  * count_claim() counts claims; true if t should shrink: its live entries
- * (claimed less removed, both approximate) fill under 1/16 of it, it is
- * above the smallest size, and it is older than KVP_SEQMAP_PERIOD_NS or
- * badly oversized (under 1/64 full: the last removes of a drain must not
- * leave a big table behind for lack of a later trigger).
+ * (claimed less removed, both approximate) fill under 1/16 of it, no
+ * claim was counted for a period (a churn of fresh ids, whose tables fill
+ * with the keys of removed entries, is left to the growth's rationing),
+ * and it is older than a period or was itself built by a shrink (a
+ * drain's last removes shrink it a few times in a row).
  */
 static bool count_remove(struct seqmap_table *t, uint64_t h)
 {
-	uint64_t r, c, live, slots = t->mask + 1;
+	uint64_t r, c, live, now, slots = t->mask + 1;
 
 	if ((h >> 58) % KVP_SEQMAP_CLAIM_BATCH != 0 ||
 	    slots <= KVP_SEQMAP_MIN_SLOTS)
@@ -266,8 +272,11 @@ static bool count_remove(struct seqmap_table *t, uint64_t h)
 	live = c > r ? c - r : 0;
 	if (live >= slots / 16)
 		return false;
-	return live < slots / 64 ||
-	       now_ns() - t->built_ns >= KVP_SEQMAP_PERIOD_NS;
+	now = now_ns();
+	return now - atomic_load_explicit(&t->claimed_ns,
+					  memory_order_relaxed) >=
+		       KVP_SEQMAP_PERIOD_NS &&
+	       (t->shrunk || now - t->built_ns >= KVP_SEQMAP_PERIOD_NS);
 }
 
 /*
@@ -369,6 +378,12 @@ static int rebuild(struct seqmap *map, struct seqmap_table *t, bool shrink)
 				      memory_order_relaxed);
 	}
 	atomic_store_explicit(&nt->claimed, live, memory_order_relaxed);
+	nt->shrunk = shrink;
+	/* The last claim counted is the map's, not the table's. */
+	atomic_store_explicit(&nt->claimed_ns,
+			      atomic_load_explicit(&t->claimed_ns,
+						   memory_order_relaxed),
+			      memory_order_relaxed);
 	atomic_store_explicit(&nt->removed, 0, memory_order_relaxed);
 	/* Release: the copy before any use of the new table. */
 	atomic_store_explicit(&map->table, nt, memory_order_release);

@@ -86,15 +86,21 @@ static void die(const char *what, uint64_t id, int err)
 	exit(1);
 }
 
-/* Waits (up to CHECK_RSS_WAIT_MS) for the RSS to fall to limit; returns
- * the last reading and the milliseconds waited. */
+/* Waits (up to CHECK_RSS_WAIT_MS) for the RSS to fall to limit, then
+ * until it stops falling (two readings 20 ms apart agree); returns the
+ * last reading and the milliseconds waited for the limit. */
 static long rss_settle(long limit, int *waited_ms)
 {
-	long rss = rss_kb();
+	long rss = rss_kb(), prev = -1;
 
 	for (*waited_ms = 0; rss > limit && *waited_ms < CHECK_RSS_WAIT_MS;
 	     *waited_ms += 5) {
 		usleep(5000);
+		rss = rss_kb();
+	}
+	for (int i = 0; i < 10 && rss <= limit && rss != prev; i++) {
+		prev = rss;
+		usleep(20000);
 		rss = rss_kb();
 	}
 	return rss;
