@@ -218,8 +218,13 @@ KVP_API int kvp_pool_check(struct kvp_pool *pool);
  * prefix-cache hits, in pools of 1,024 blocks or more, so that the
  * thread's next hit on them needs no atomic operation; allocations short of blocks, resets
  * and manager destruction drop every thread's parked references
- * themselves).  Threads call it before sleeping for a long time; thread
- * exit does it automatically.
+ * themselves).  It also hands back the sequence structs the thread keeps
+ * for reuse, and asks their managers to return every wholly free slab of
+ * them, and the allocator's free pages, to the system: after a burst of
+ * sequences is freed, resident memory comes back two RCU grace periods
+ * (a few milliseconds) after the call, off the caller's thread.  Threads
+ * call it before sleeping for a long time, or after a burst; thread exit
+ * does the first part automatically.
  */
 KVP_API void kvp_thread_flush(void);
 

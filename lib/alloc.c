@@ -16,6 +16,9 @@
  * compiler.h.
  */
 #include <dlfcn.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -54,7 +57,9 @@ typedef int (*mallctl_fn)(const char *, void *, size_t *, void *, size_t);
 static struct {
 	mallocx_fn mallocx;
 	sdallocx_fn sdallocx;
+	mallctl_fn mallctl;
 	int flags; /* MALLOCX_ARENA of the private arena */
+	unsigned arena;
 } je;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
@@ -83,6 +88,8 @@ static void alloc_init(void)
 	if (ctl("arenas.create", &arena, &len, NULL, 0) != 0)
 		return;
 	je.flags = KVP_MALLOCX_ARENA(arena);
+	je.arena = arena;
+	je.mallctl = ctl;
 	je.sdallocx = sdx;
 	je.mallocx = mx;
 }
@@ -170,6 +177,27 @@ void kvp_free_aligned(void *ptr, size_t align, size_t size)
 		je.sdallocx(ptr, size, je.flags | mallocx_align(align));
 	else
 		free(ptr);
+}
+
+/*
+ * jemalloc: purges the private arena's dirty pages at once (its decay
+ * would take seconds).  glibc: malloc_trim(0), which gives back every
+ * free whole page of every arena, wherever it lies (free() gives back
+ * only the top of a heap, and never the pages of chunks it keeps in its
+ * fast bins).  It walks the arenas under their locks: a slow path.
+ */
+void kvp_alloc_trim(void)
+{
+	if (use_jemalloc()) {
+		char name[64];
+
+		snprintf(name, sizeof(name), "arena.%u.purge", je.arena);
+		(void)je.mallctl(name, NULL, NULL, NULL, 0);
+		return;
+	}
+#ifdef __GLIBC__
+	(void)malloc_trim(0);
+#endif
 }
 
 const char *kvp_allocator_name(void)

@@ -22,6 +22,11 @@ void kvp_free(void *ptr, size_t size);	     /* NULL is ignored */
 void *kvp_malloc_aligned(size_t align, size_t size);
 void kvp_free_aligned(void *ptr, size_t align, size_t size);
 
+/* Gives the allocator's free memory back to the system, as far as it
+ * can (seqmem.c, after returning slabs).  Slow: it may walk every arena
+ * under its lock. */
+void kvp_alloc_trim(void);
+
 /* "jemalloc" or "libc": which allocator the process settled on. */
 const char *kvp_allocator_name(void);
 

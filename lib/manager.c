@@ -1,8 +1,8 @@
 /*
  * manager.c - managers: kvp_manager_create and _destroy, statistics, dump
  * and kvp_manager_check (layer 10, doc/architecture.md "Layers": the top
- * of the sequence layers, over seq.c, seqslab.c, seqmap.c, mgrstat.c,
- * prefix.c and pool.c).
+ * of the sequence layers, over seq.c, seqslab.c, seqmem.c, seqmap.c,
+ * mgrstat.c, prefix.c and pool.c).
  *
  * Owns struct kvp_manager (manager.h): its configuration, read-only after
  * creation; the parts it embeds belong to their own files.  Creation and
@@ -68,7 +68,7 @@ KVP_API int kvp_manager_create(const struct kvp_manager_config *cfg,
 	}
 	pool = cfg->pool;
 	m->uid = kvp_next_uid();
-	seqslab_init(&m->seqs);
+	seqmem_init(&m->mem);
 	m->pool = kvp_pool_ref(pool);
 	m->block_tokens = pool->block_tokens;
 	m->bt_shift = (m->block_tokens & (m->block_tokens - 1))
@@ -121,10 +121,10 @@ KVP_API void kvp_manager_destroy(struct kvp_manager *m)
 	/* Its cached blocks: evictable ones back to the free lists. */
 	prefix_cache_fini(&m->prefix);
 	/* Every removed struct must be recycled before the map goes. */
-	seqslab_flush(m);
-	kvp_rcu_barrier();
+	seqmem_flush(m);
+	seqmem_quiesce(m);
 	seqmap_fini(&m->map);
-	seqslab_fini(m);
+	seqmem_fini(m);
 
 	pool = m->pool;
 	seqslab_unregister(m);
@@ -170,6 +170,7 @@ KVP_API void kvp_manager_stats(struct kvp_manager *m, struct kvp_stats *st)
 KVP_API int kvp_manager_dump(struct kvp_manager *m, FILE *f)
 {
 	struct kvp_stats st;
+	uint64_t held, returned;
 	double pct;
 
 	if (!m || !f)
@@ -196,6 +197,11 @@ KVP_API int kvp_manager_dump(struct kvp_manager *m, FILE *f)
 		st.sequences, st.tokens, st.seq_creates, st.seq_frees,
 		st.evictions, st.appends, st.forks, st.cow_copies,
 		st.blocks_allocated, st.blocks_released);
+	seqmem_counts(m, &held, &returned);
+	fprintf(f,
+		"  slabs:      %" PRIu64 " held, %" PRIu64
+		" returned (of %u sequence structs each)\n",
+		held, returned, (unsigned)KVP_SEQ_SLAB);
 	if (m->flags & KVP_PREFIX_CACHE)
 		fprintf(f,
 			"  prefix:     %" PRIu64 " of %" PRIu64

@@ -30,8 +30,10 @@ struct kvp_manager {
 	float eviction_threshold, watermark;
 	uint32_t flags;
 	struct seqmap map;
-	/* Its sequence structs: slabs, recycling, the registry (seqslab.c). */
+	/* Its place in the registry of managers (seqslab.c). */
 	struct seqslab seqs;
+	/* Its sequence structs: slabs, recycling, reclaims (seqmem.c). */
+	struct seqmem mem;
 	struct mgr_shard shards[KVP_MGR_SHARDS];
 	/* KVP_PREFIX_CACHE: the prefix cache (prefix.c's; zeroed and unused
 	 * otherwise). */

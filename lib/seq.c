@@ -148,10 +148,9 @@ void seq_remove_locked(struct kvp_manager *m, struct kvp_seq *s)
 }
 
 /*
- * Publishes s (dead, filled in) under its id; then brings it to life.
- * Between the two, lookups find it dead and report -ENOENT: the create has
- * not returned yet.  Returns 0, or -EEXIST if the id is taken or -ENOMEM
- * (s unpublished).
+ * Brings s, published dead under its id by a create or fork and filled
+ * in since, to life.  Until then lookups found it dead and reported
+ * -ENOENT: the create or fork had not returned yet.
  */
 static void seq_bring_alive(struct kvp_manager *m, struct kvp_seq *s)
 {
@@ -162,9 +161,10 @@ static void seq_bring_alive(struct kvp_manager *m, struct kvp_seq *s)
 	 * nothing else; the store releases seq_init's writes and the touch
 	 * to the lockers that see s alive (they load `dead` with acquire). */
 	touch(s);
-	atomic_store_explicit(&s->dead, false, memory_order_release);
-	/* The caller's next call on it (an append) needs no map lookup. */
+	/* The caller's next call on it (an append) needs no map lookup.
+	 * Noted while s is still ours and dead: see seq_cache_note. */
 	seq_cache_note(m, id, s);
+	atomic_store_explicit(&s->dead, false, memory_order_release);
 }
 
 /* Takes s, published dead and never brought to life, out of the map and

@@ -53,12 +53,24 @@
  *
  * Rebuilds are rationed by their own cost: the rebuilder times its grace
  * period, and a table that lived less than KVP_SEQMAP_DOUBLE times that
- * gets twice the capacity (one younger than KVP_SEQMAP_KEEP
- * times keeps it, an older one may shrink).  So a fast churn of fresh ids
- * spends a bounded share of its time in rebuilds, and the table stays as
- * small as that share allows: every insert of a fresh id touches a new
- * slot, and a table that outgrows the core's cache makes each of them a
- * cache miss.
+ * gets twice the capacity (one younger than KVP_SEQMAP_KEEP times keeps
+ * it, an older one may shrink).  So a fast churn of fresh ids spends a
+ * bounded share of its time in rebuilds, and the table stays as small as
+ * that share allows: every insert of a fresh id touches a new slot, and a
+ * table that outgrows the core's cache makes each of them a cache miss.
+ *
+ * Shrinks.  Removes are counted as claims are (sampled, into the table's
+ * `removed`), and a remove that finds the live entries under 1/16 of the
+ * slots asks for a rebuild sized from them alone (count_remove): so a
+ * table grown for a burst goes back to its size for what is left.  Only
+ * a table that counted no claim for a period shrinks: a churn of fresh
+ * ids, whose tables fill with the keys of removed entries, is left to
+ * the growth's rationing (which shrinks an old table by half at most).
+ * And only a table older than a period, or built by a shrink: a drain
+ * shrinks its table a few times in a row, by 4 or more each time.  The remove that
+ * asks pays the rebuild (a grace period), as the insert that asks for a
+ * growth does, and only outside a read-side section of its caller's
+ * (a manager's destruction removes everything inside one; it skips).
  *
  * TSan sees the slots' atomics; the grace periods are liburcu's asm and
  * are annotated as rcu.h describes (kvp_rcu_reclaim after
@@ -81,8 +93,9 @@
 #define KVP_SEQMAP_MAX_SLOTS (1ull << 32)
 #define KVP_SEQMAP_CLAIM_BATCH 32u  /* claims per shared-counter add */
 #define KVP_SEQMAP_LONG_PROBE 128u  /* a claim this far asks for a rebuild */
-/* A table that lived less than this many times its rebuild's cost
- * doubles; less than KVP_SEQMAP_KEEP times, it keeps its size. */
+#define KVP_SEQMAP_PERIOD_NS 5000000ull /* 5 ms: see "Shrinks" */
+/* A table that lived less than this many times its rebuild's grace
+ * period doubles; less than KVP_SEQMAP_KEEP times, it keeps its size. */
 #define KVP_SEQMAP_DOUBLE 32u
 #define KVP_SEQMAP_KEEP 256u
 
@@ -94,10 +107,14 @@ struct seqmap_slot {
 struct seqmap_table {
 	uint64_t mask;	   /* slots - 1; immutable */
 	uint64_t built_ns; /* when it was built; immutable */
+	/* Whether a shrink built it (count_remove); immutable. */
+	bool shrunk;
 	/* 1 once a rebuilder owns the table: no one writes it any more. */
 	kvp_cacheline_aligned _Atomic uint32_t frozen;
-	/* Keys claimed, counted in batches (approximate, relaxed). */
+	/* Keys claimed and values removed, counted in batches, and when a
+	 * claim batch was last counted (approximate, relaxed). */
 	kvp_cacheline_aligned _Atomic uint64_t claimed;
+	_Atomic uint64_t removed, claimed_ns;
 	struct rcu_head rcu;
 	kvp_cacheline_aligned struct seqmap_slot slots[];
 };
@@ -121,8 +138,8 @@ static uint64_t now_ns(void)
 {
 	struct timespec ts;
 
-	/* Read from the vDSO, no system call; only table_new() and
-	 * rebuild() read it, once per table. */
+	/* Read from the vDSO, no system call; sampled claims and removes
+	 * and the rebuilds read it. */
 	if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0)
 		return 0;
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
@@ -147,6 +164,7 @@ static struct seqmap_table *table_new(uint64_t slots)
 		kvp_advise_huge(t, bytes);
 	t->mask = slots - 1;
 	t->built_ns = now_ns();
+	atomic_init(&t->claimed_ns, t->built_ns);
 	return t;
 }
 
@@ -233,7 +251,39 @@ static bool count_claim(struct seqmap_table *t, uint64_t h)
 	c = atomic_fetch_add_explicit(&t->claimed, KVP_SEQMAP_CLAIM_BATCH,
 				      memory_order_relaxed) +
 	    KVP_SEQMAP_CLAIM_BATCH;
+	/* Relaxed: it only keeps count_remove() from shrinking t. */
+	atomic_store_explicit(&t->claimed_ns, now_ns(), memory_order_relaxed);
 	return c > (t->mask + 1) / 2;
+}
+
+/*
+ * Counts a remove of the key whose hash is h from t, sampled as
+ * count_claim() counts claims; true if t should shrink: its live entries
+ * (claimed less removed, both approximate) fill under 1/16 of it, no
+ * claim was counted for a period (a churn of fresh ids, whose tables fill
+ * with the keys of removed entries, is left to the growth's rationing),
+ * and it is older than a period or was itself built by a shrink (a
+ * drain's last removes shrink it a few times in a row).
+ */
+static bool count_remove(struct seqmap_table *t, uint64_t h)
+{
+	uint64_t r, c, live, now, slots = t->mask + 1;
+
+	if ((h >> 58) % KVP_SEQMAP_CLAIM_BATCH != 0 ||
+	    slots <= KVP_SEQMAP_MIN_SLOTS)
+		return false;
+	r = atomic_fetch_add_explicit(&t->removed, KVP_SEQMAP_CLAIM_BATCH,
+				      memory_order_relaxed) +
+	    KVP_SEQMAP_CLAIM_BATCH;
+	c = atomic_load_explicit(&t->claimed, memory_order_relaxed);
+	live = c > r ? c - r : 0;
+	if (live >= slots / 16)
+		return false;
+	now = now_ns();
+	return now - atomic_load_explicit(&t->claimed_ns,
+					  memory_order_relaxed) >=
+		       KVP_SEQMAP_PERIOD_NS &&
+	       (t->shrunk || now - t->built_ns >= KVP_SEQMAP_PERIOD_NS);
 }
 
 /*
@@ -259,14 +309,48 @@ static bool freeze(struct seqmap *map, struct seqmap_table *t)
 }
 
 /*
+ * The size of t's successor for `live` entries: four slots per entry, or
+ * as rationed for a growing table (see the argument above); a shrinking
+ * one (shrink: count_remove asked) is sized from its entries alone.
+ */
+static uint64_t rebuild_slots(struct seqmap_table *t, uint64_t live,
+			      bool shrink, uint64_t start, uint64_t gp)
+{
+	uint64_t slots = KVP_SEQMAP_MIN_SLOTS, age, floor;
+
+	while (slots < 4 * live && slots < KVP_SEQMAP_MAX_SLOTS)
+		slots *= 2;
+	if (shrink)
+		return slots;
+	/* Rationed by this rebuild's grace period, gp, which began at
+	 * start: a table that lasted less than KVP_SEQMAP_DOUBLE of them
+	 * doubles, one that lasted less than KVP_SEQMAP_KEEP keeps its size,
+	 * an older one shrinks by half at most, so a steady churn settles on
+	 * one size.  (The scan and copy are left out: they grow with the
+	 * table, and half a table's worth of inserts pays for them whatever
+	 * its size.) */
+	age = start - t->built_ns;
+	if (age < KVP_SEQMAP_DOUBLE * gp)
+		floor = 2 * (t->mask + 1);
+	else if (age < KVP_SEQMAP_KEEP * gp)
+		floor = t->mask + 1;
+	else
+		floor = (t->mask + 1) / 2;
+	if (slots < floor && floor <= KVP_SEQMAP_MAX_SLOTS)
+		slots = floor;
+	return slots;
+}
+
+/*
  * Rebuilds t unless another thread already is, or did (then returns at
  * once: the caller retries and waits for the new table).  Not in a
- * read-side section.  0, or -ENOMEM (t is thawed and stays).
+ * read-side section.  shrink: a remove asked (count_remove).  0, or
+ * -ENOMEM (t is thawed and stays).
  */
-static int rebuild(struct seqmap *map, struct seqmap_table *t)
+static int rebuild(struct seqmap *map, struct seqmap_table *t, bool shrink)
 {
 	struct seqmap_table *nt;
-	uint64_t live = 0, slots, start, gp, age, floor;
+	uint64_t live = 0, start, gp;
 
 	if (!freeze(map, t))
 		return 0;
@@ -279,25 +363,7 @@ static int rebuild(struct seqmap *map, struct seqmap_table *t)
 		if (atomic_load_explicit(&t->slots[i].val,
 					 memory_order_relaxed))
 			live++;
-	slots = KVP_SEQMAP_MIN_SLOTS;
-	while (slots < 4 * live && slots < KVP_SEQMAP_MAX_SLOTS)
-		slots *= 2;
-	/* Rationed by this rebuild's grace period: a table that lasted less
-	 * than KVP_SEQMAP_DOUBLE of them doubles, one that lasted less than
-	 * KVP_SEQMAP_KEEP keeps its size, an older one shrinks by half at
-	 * most, so a steady churn settles on one size.  (The scan and copy
-	 * are left out: they grow with the table, and half a table's worth
-	 * of inserts pays for them whatever its size.) */
-	age = start - t->built_ns;
-	if (age < KVP_SEQMAP_DOUBLE * gp)
-		floor = 2 * (t->mask + 1);
-	else if (age < KVP_SEQMAP_KEEP * gp)
-		floor = t->mask + 1;
-	else
-		floor = (t->mask + 1) / 2;
-	if (slots < floor && floor <= KVP_SEQMAP_MAX_SLOTS)
-		slots = floor;
-	nt = table_new(slots);
+	nt = table_new(rebuild_slots(t, live, shrink, start, gp));
 	if (!nt) {
 		/* Release: pairs with the writers' acquire of the flag. */
 		atomic_store_explicit(&t->frozen, 0, memory_order_release);
@@ -325,6 +391,13 @@ static int rebuild(struct seqmap *map, struct seqmap_table *t)
 				      memory_order_relaxed);
 	}
 	atomic_store_explicit(&nt->claimed, live, memory_order_relaxed);
+	nt->shrunk = shrink;
+	/* The last claim counted is the map's, not the table's. */
+	atomic_store_explicit(&nt->claimed_ns,
+			      atomic_load_explicit(&t->claimed_ns,
+						   memory_order_relaxed),
+			      memory_order_relaxed);
+	atomic_store_explicit(&nt->removed, 0, memory_order_relaxed);
 	/* Release: the copy before any use of the new table. */
 	atomic_store_explicit(&map->table, nt, memory_order_release);
 	atomic_fetch_add_explicit(&map->rebuilds, 1, memory_order_relaxed);
@@ -405,12 +478,12 @@ int seqmap_insert(struct seqmap *map, uint64_t id, void *v)
 
 			kvp_rcu_read_unlock();
 			if (grow)
-				(void)rebuild(map, t); /* -ENOMEM: keep it */
+				(void)rebuild(map, t, false); /* -ENOMEM: keep */
 			return won ? 0 : -EEXIST;
 		}
 		/* Full: rebuild (or wait for the one under way), retry. */
 		kvp_rcu_read_unlock();
-		err = rebuild(map, t);
+		err = rebuild(map, t, false);
 		if (err)
 			return err;
 	}
@@ -420,7 +493,7 @@ bool seqmap_remove(struct seqmap *map, uint64_t id, void *v)
 {
 	struct seqmap_table *t;
 	struct seqmap_slot *sl;
-	bool done;
+	bool done, shrink;
 
 	if (unlikely(id == 0))
 		return atomic_compare_exchange_strong_explicit(
@@ -433,7 +506,12 @@ bool seqmap_remove(struct seqmap *map, uint64_t id, void *v)
 	done = sl && atomic_compare_exchange_strong_explicit(
 			     &sl->val, &v, NULL, memory_order_relaxed,
 			     memory_order_relaxed);
+	shrink = done && count_remove(t, seq_hash(id));
 	kvp_rcu_read_unlock();
+	/* Not from inside a caller's read-side section (a destruction
+	 * empties its map in one): its grace period would wait for us. */
+	if (shrink && !urcu_memb_read_ongoing())
+		(void)rebuild(map, t, true); /* -ENOMEM: keep it */
 	return done;
 }
 

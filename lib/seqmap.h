@@ -3,10 +3,11 @@
  * open-addressing table (linear probing), RCU-protected.
  * Floor 6 of lib/ (doc/architecture.md, "Layers").
  *
- * Values are opaque non-NULL pointers (seqslab.c's sequence structs).
+ * Values are opaque non-NULL pointers (seqmem.h's sequence structs).
  * Lookups and iteration run inside an RCU read-side section
- * (kvp_rcu_read_lock); insert and remove must run OUTSIDE one (they take
- * their own, and may wait for a rebuild, which waits for a grace period).
+ * (kvp_rcu_read_lock); insert and remove run outside one (they take
+ * their own, and may wait for a rebuild, which waits for a grace period;
+ * a remove inside one never rebuilds, and may leave the table large).
  * Insert and remove may race freely with each other and with lookups:
  * exactly one insert of an id wins while it is present, and one remove of
  * an entry succeeds.  The map never reads a value's memory, so a removed

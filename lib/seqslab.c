@@ -1,28 +1,38 @@
 /*
- * seqslab.c - sequence structs: slabs, recycling through per-thread
- * stashes and RCU, the lookup cache, and the registry of managers (layer
- * 7, doc/architecture.md "Layers": over seqmap.c, rcu.c, alloc.c and
- * btable.c; the sequence operations in seq.c sit above it).
+ * seqslab.c - sequence structs per thread: stashes, the lookup cache,
+ * taking, releasing and finding structs, and the registry of managers
+ * (floor 7, doc/architecture.md "Layers": over seqmem.c, seqmap.c,
+ * tcache.c and rcu.c; the sequence operations in seq.c sit above it).
  *
- * Owns struct kvp_seq's life cycle (seqslab.h), struct seq_slab, struct
- * seqslab, each thread's struct seq_thread (lookup cache and stashes),
- * and the registry of live managers.
+ * Owns struct seqslab (seqslab.h), each thread's struct seq_thread
+ * (lookup cache and stashes), and the registry of live managers.  The
+ * structs' memory (slabs, free and retire lists, reclaims) is seqmem.c's.
  *
  * Correctness argument.
  *
  * A sequence is found through the map (seqmap.c), which stores pointers
- * to type-stable structs: a struct belongs to one manager and is freed
- * only with it, so a pointer found stays safe to lock even if the
- * sequence is removed and its struct reused meanwhile.  Every mutation
- * and every consistent read of a sequence happens under its own lock,
- * after checking `dead` and the id (seq_acquire).  A lookup that finds
- * the struct dead or holding another id reports -ENOENT: the sequence
- * was removed at some moment between the map read and the check.
+ * to type-stable structs (seqmem.c: a slab is freed only when no one can
+ * hold a pointer into it), so a pointer found stays safe to lock even if
+ * the sequence is removed and its struct reused meanwhile.  Every
+ * mutation and every consistent read of a sequence happens under its own
+ * lock, after checking `dead` and the id (seq_acquire).  A lookup that
+ * finds the struct dead or holding another id reports -ENOENT: the
+ * sequence was removed at some moment between the map read and the
+ * check.
  *
  * A removed struct is reused at once by its freeing thread (its stash:
  * nobody but lockers checking `dead` reads a dead struct), and by other
- * threads only through the free list after a grace period (retire_push),
- * whose pops run inside read-side sections, which rules out ABA.
+ * threads only through the free list after a grace period
+ * (seqmem_retire), whose pops run inside read-side sections, which rules
+ * out ABA.
+ *
+ * The lookup cache holds pointers outside any read-side section, so its
+ * entries carry the manager's reclaim epoch and are used only between
+ * the thread's reader marks (seqmem_reader_enter) and only while their
+ * epoch is current (seq_cache_hit); an entry is stamped with the epoch
+ * read before its struct was seen alive (seq_acquire) or while it is
+ * locked and alive (seq_cache_note).  seqmem.c's "Returning slabs" says
+ * why that keeps a cache hit off every slab a reclaim frees.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -33,179 +43,7 @@
 #include "manager.h"
 #include "rcu.h"
 #include "seqslab.h"
-
-/* Puts a chain of structs, first..last linked through `link`, on the
- * free list with one CAS; only the last one's link is written. */
-static void seq_free_push(struct kvp_manager *m, struct kvp_seq *first,
-			  struct kvp_seq *last)
-{
-	struct kvp_seq *top;
-
-	top = atomic_load_explicit(&m->seqs.free_seqs, memory_order_relaxed);
-	do
-		atomic_store_explicit(&last->link, top, memory_order_relaxed);
-	/* Release: the structs' last state happens before their reuse. */
-	while (!atomic_compare_exchange_weak_explicit(&m->seqs.free_seqs, &top,
-						      first,
-						      memory_order_release,
-						      memory_order_relaxed));
-}
-
-/*
- * A new slab of dead, unpublished structs for m, on m's slab list (freed
- * with m), or NULL.  Cache-line aligned, so that sequences of different
- * threads never share a line.  The caller hands out its structs
- * (seq_take: the first now, the others from this thread's stash for m).
- */
-static struct seq_slab *slab_new(struct kvp_manager *m)
-{
-	struct seq_slab *slab =
-		kvp_malloc_aligned(_Alignof(struct seq_slab), sizeof(*slab));
-	struct seq_slab *head;
-
-	if (!slab)
-		return NULL;
-	memset(slab, 0, sizeof(*slab));
-	for (int i = 0; i < KVP_SEQ_SLAB; i++) {
-		struct kvp_seq *s = &slab->seqs[i];
-
-		btable_init(&s->table);
-		s->mgr = m;
-		atomic_init(&s->dead, true);
-	}
-	/* Push-only list: a plain CAS push, read only at destruction. */
-	head = atomic_load_explicit(&m->seqs.slabs, memory_order_relaxed);
-	do
-		slab->next = head;
-	while (!atomic_compare_exchange_weak_explicit(&m->seqs.slabs, &head,
-						      slab,
-						      memory_order_release,
-						      memory_order_relaxed));
-	return slab;
-}
-
-/* RCU callback: a batch of removed (or never published) structs, chained
- * through `link`, becomes reusable: one splice onto the free list. */
-static void seq_recycle(struct rcu_head *head)
-{
-	struct kvp_seq *first = caa_container_of(head, struct kvp_seq, rcu);
-	struct kvp_seq *last = first, *next;
-
-	kvp_rcu_reclaim_head(head);
-	/* Relaxed: the batch was handed over with the call_rcu. */
-	while ((next = atomic_load_explicit(&last->link,
-					    memory_order_relaxed)))
-		last = next;
-	seq_free_push(first->mgr, first, last);
-	kvp_rcu_callback_done();
-}
-
-/* Hands every retired struct of m to one call_rcu. */
-void seqslab_flush(struct kvp_manager *m)
-{
-	/* Acquire: pairs with the release pushes of retire_push(). */
-	struct kvp_seq *batch = atomic_exchange_explicit(
-		&m->seqs.retired, NULL, memory_order_acquire);
-
-	if (batch)
-		kvp_rcu_call(&batch->rcu, seq_recycle);
-}
-
-#define KVP_RETIRE_BATCH 64u		  /* retirements between clock reads */
-#define KVP_RETIRE_PERIOD_NS 50000000ull /* 50 ms: <= 20 batches a second */
-#define KVP_RETIRE_MAX 16384u		  /* ... unless this many wait */
-
-static uint64_t coarse_now_ns(void)
-{
-	struct timespec ts;
-
-	/* The coarse clock is read from the vDSO: no system call. */
-	if (clock_gettime(CLOCK_MONOTONIC_COARSE, &ts) != 0)
-		return 0;
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-/*
- * Flushes m's retire list if the rationing below allows it: KVP_RETIRE_MAX
- * structs wait since the last flush, or KVP_RETIRE_PERIOD_NS passed.
- * now_n: m->seqs.nretired as the caller saw it.
- */
-static void retire_paced(struct kvp_manager *m, uint32_t now_n)
-{
-	/* Relaxed: these only pace the batches (two threads may both flush:
-	 * the second detaches what is left, maybe nothing). */
-	uint32_t flushed_n =
-		atomic_load_explicit(&m->seqs.flushed_n, memory_order_relaxed);
-	uint64_t now = coarse_now_ns();
-
-	if (now_n - flushed_n < KVP_RETIRE_MAX &&
-	    now - atomic_load_explicit(&m->seqs.flushed_ns,
-				       memory_order_relaxed) <
-		    KVP_RETIRE_PERIOD_NS)
-		return;
-	atomic_store_explicit(&m->seqs.flushed_n, now_n, memory_order_relaxed);
-	atomic_store_explicit(&m->seqs.flushed_ns, now, memory_order_relaxed);
-	seqslab_flush(m);
-}
-
-/*
- * Before m grows a slab: structs retired since the last flush (stashes
- * handed back never flush: see retire_push) are flushed, as paced, so
- * that they come back through the free list instead of waiting for m's
- * destruction while new slabs pile up.
- */
-static void retire_kick(struct kvp_manager *m)
-{
-	/* Relaxed: pacing only. */
-	uint32_t n =
-		atomic_load_explicit(&m->seqs.nretired, memory_order_relaxed);
-
-	if (n != atomic_load_explicit(&m->seqs.flushed_n, memory_order_relaxed))
-		retire_paced(m, n);
-}
-
-/*
- * Hands a chain of n dead structs, first..last linked through `link`, back
- * for reuse after a grace period (only the way to other threads needs one:
- * the free list's pops rely on it, see seq_take).  Structs gather on the
- * retire list (a push-only stack: pushing is ABA-safe) and are handed to
- * call_rcu as one batch; the grace period starts at the call_rcu, after
- * every struct of the batch was retired, so it covers all of them.
- * kvp_manager_destroy flushes the rest.  With may_flush false the chain
- * only waits for the next flush (a thread handing back its stash under
- * the registry lock must not queue work on a manager being destroyed).
- *
- * Batches are rationed by time, not only by count: at most one per
- * KVP_RETIRE_PERIOD_NS, unless KVP_RETIRE_MAX structs wait.  A grace
- * period is cheap on an idle CPU but not when every CPU runs a thread of
- * ours: liburcu's call_rcu thread then preempts one of them, often inside
- * a read-side section, and loops on membarrier() (an IPI to every CPU of
- * the process) until that thread runs again (the ChangeLog of 2026-11-22
- * has the membarrier counts).  The price is memory: structs wait up to 50
- * ms (or until KVP_RETIRE_MAX wait) instead of one grace period.
- */
-static void retire_push(struct kvp_manager *m, struct kvp_seq *first,
-			struct kvp_seq *last, uint32_t n, bool may_flush)
-{
-	struct kvp_seq *top;
-	uint32_t old, now_n;
-
-	top = atomic_load_explicit(&m->seqs.retired, memory_order_relaxed);
-	do
-		atomic_store_explicit(&last->link, top, memory_order_relaxed);
-	/* Release: publishes the links to the detaching thread. */
-	while (!atomic_compare_exchange_weak_explicit(&m->seqs.retired, &top,
-						      first,
-						      memory_order_release,
-						      memory_order_relaxed));
-	/* Relaxed: a count that paces the batches. */
-	old = atomic_fetch_add_explicit(&m->seqs.nretired, n,
-					memory_order_relaxed);
-	now_n = old + n;
-	if (!may_flush || old / KVP_RETIRE_BATCH == now_n / KVP_RETIRE_BATCH)
-		return;
-	retire_paced(m, now_n);
-}
+#include "tcache.h"
 
 /*
  * Every live manager of the process, so that kvp_manager_check can count
@@ -261,9 +99,12 @@ void seqslab_unregister(struct kvp_manager *m)
  * words: it may be loaded with dlopen).
  *
  * The lookup cache: id -> struct, direct-mapped, keyed by the manager's
- * uid (never reused), so an entry of a destroyed manager never matches.
- * A hit is confirmed under the struct's lock (not dead, same id); the
- * struct being type-stable, a stale entry is only a miss.
+ * epoch (a process-unique number that each reclaim redraws: seqmem.h),
+ * so an entry of another manager, of a destroyed one, or older than the
+ * last reclaim never matches and is never dereferenced.  A hit is
+ * confirmed under the struct's lock (not dead, same id) between the
+ * owner's reader marks; the struct being type-stable while its slab
+ * lives, a stale entry is only a miss.
  *
  * The stashes of free structs: a struct freed by a thread is taken again
  * by that thread's next create or fork, at once and hot in its cache,
@@ -280,7 +121,8 @@ void seqslab_unregister(struct kvp_manager *m)
  */
 #define SEQ_CACHE_SLOTS 1024
 struct seq_cache_entry {
-	uint64_t muid, id;
+	uint64_t epoch; /* its manager's epoch when s was alive */
+	uint64_t id;
 	struct kvp_seq *s;
 };
 #define KVP_STASHES 4
@@ -298,6 +140,8 @@ struct seq_stash {
 	uint32_t fresh_next;
 };
 struct seq_thread {
+	/* Marks its use of a lookup-cache entry (seq_cache_hit). */
+	struct seqmem_reader reader;
 	struct seq_cache_entry cache[SEQ_CACHE_SLOTS];
 	struct seq_stash stashes[KVP_STASHES];
 };
@@ -305,7 +149,7 @@ static KVP_TLS struct seq_thread *seq_thr; /* owner thread */
 static pthread_key_t seq_thr_key;
 static pthread_once_t seq_thr_once = PTHREAD_ONCE_INIT;
 
-static void stash_return(struct seq_stash *st);
+static void stash_return(struct seq_stash *st, bool flush);
 
 /* Thread exit: the stashes go back to their managers. */
 static void seq_thread_exit(void *arg)
@@ -313,7 +157,8 @@ static void seq_thread_exit(void *arg)
 	struct seq_thread *th = arg;
 
 	for (int i = 0; i < KVP_STASHES; i++)
-		stash_return(&th->stashes[i]);
+		stash_return(&th->stashes[i], false);
+	seqmem_reader_del(&th->reader);
 	kvp_free(th, sizeof(*th));
 	seq_thr = NULL;
 }
@@ -337,6 +182,7 @@ static __attribute__((noinline)) struct seq_thread *seq_thread_new(void)
 		kvp_free(th, sizeof(*th));
 		return NULL;
 	}
+	seqmem_reader_add(&th->reader);
 	seq_thr = th;
 	return th;
 }
@@ -376,10 +222,13 @@ static void stash_add_fresh(struct seq_stash *st)
 		stash_push(st, &st->fresh->seqs[i]);
 }
 
-/* Empties st, handing its structs back to its manager if it is alive. */
-static void stash_return(struct seq_stash *st)
+/* Empties st, handing its structs back to its manager if it is alive;
+ * with flush (kvp_thread_flush), the manager's retired structs go to
+ * call_rcu and a reclaim is asked for after them. */
+static void stash_return(struct seq_stash *st, bool flush)
 {
-	if (st->n || (st->fresh && st->fresh_next < KVP_SEQ_SLAB)) {
+	if (st->n || (st->fresh && st->fresh_next < KVP_SEQ_SLAB) ||
+	    (flush && st->muid)) {
 		kvp_check_pthread(pthread_mutex_lock(&mgr_registry_lock));
 		/* No manager left the registry since m was set (and m was
 		 * registered then, being in use): registered still, with
@@ -393,7 +242,11 @@ static void stash_return(struct seq_stash *st)
 			stash_add_fresh(st);
 			/* The tail kept, not found by a walk down the list:
 			 * its structs are cold by now, each link a miss. */
-			retire_push(st->m, st->head, st->tail, st->n, false);
+			if (st->n)
+				seqmem_retire(st->m, st->head, st->tail,
+					      st->n, false);
+			if (flush)
+				seqmem_ask(st->m);
 		}
 		kvp_check_pthread(pthread_mutex_unlock(&mgr_registry_lock));
 	}
@@ -412,7 +265,7 @@ static struct seq_stash *stash_for(struct kvp_manager *m)
 	st = &th->stashes[m->uid % KVP_STASHES];
 	if (likely(st->muid == m->uid))
 		return st;
-	stash_return(st);
+	stash_return(st, false);
 	st->muid = m->uid;
 	st->m = m;
 	/* Relaxed: compared under mgr_registry_lock, where it is written;
@@ -432,7 +285,7 @@ void seq_release(struct kvp_seq *s)
 	struct seq_stash *st = stash_for(s->mgr);
 
 	if (unlikely(!st)) {
-		retire_push(s->mgr, s, s, 1, true);
+		seqmem_retire(s->mgr, s, s, 1, true);
 		return;
 	}
 	stash_push(st, s);
@@ -445,7 +298,7 @@ void seq_release(struct kvp_seq *s)
 		st->head = atomic_load_explicit(&last->link,
 						memory_order_relaxed);
 		st->n -= KVP_STASH_MAX / 2;
-		retire_push(s->mgr, first, last, KVP_STASH_MAX / 2, true);
+		seqmem_retire(s->mgr, first, last, KVP_STASH_MAX / 2, true);
 	}
 }
 
@@ -485,7 +338,7 @@ static struct kvp_seq *fresh_take(struct kvp_manager *m)
  * slab for m.  NULL if out of memory. */
 static struct kvp_seq *seq_new(struct kvp_manager *m)
 {
-	struct seq_slab *slab = slab_new(m);
+	struct seq_slab *slab = seqmem_grow(m);
 	struct seq_stash *st;
 
 	if (!slab)
@@ -500,15 +353,11 @@ static struct kvp_seq *seq_new(struct kvp_manager *m)
 	return &slab->seqs[0];
 }
 
-/*
- * Returns an unpublished, dead struct of m (recycled, or new), or NULL if
- * out of memory.  Pops run inside an RCU read-side section: a struct
- * returns to the free list only through call_rcu, after every section
- * that might have read it as the head ends, so the CAS cannot suffer ABA.
- */
+/* Returns an unpublished, dead struct of m (recycled, or new), or NULL
+ * if out of memory. */
 struct kvp_seq *seq_take(struct kvp_manager *m)
 {
-	struct kvp_seq *s, *next;
+	struct kvp_seq *s;
 
 	/* This thread's last freed structs first (hot), then fresh ones
 	 * from its own slab: sequences of different threads then sit apart,
@@ -519,21 +368,9 @@ struct kvp_seq *seq_take(struct kvp_manager *m)
 	s = fresh_take(m);
 	if (s)
 		return s;
-	kvp_rcu_read_lock();
-	/* Acquire: pairs with seq_recycle()'s release push. */
-	s = atomic_load_explicit(&m->seqs.free_seqs, memory_order_acquire);
-	while (s) {
-		/* Relaxed: if s was popped meanwhile, the CAS fails. */
-		next = atomic_load_explicit(&s->link, memory_order_relaxed);
-		if (atomic_compare_exchange_weak_explicit(
-			    &m->seqs.free_seqs, &s, next, memory_order_acquire,
-			    memory_order_acquire))
-			break;
-	}
-	kvp_rcu_read_unlock();
+	s = seqmem_pop(m);
 	if (s)
 		return s;
-	retire_kick(m);
 	return seq_new(m);
 }
 
@@ -549,13 +386,50 @@ static bool seq_lock_live(struct kvp_seq *s, uint64_t id)
 	return false;
 }
 
-/* Remembers s, just published, in this thread's lookup cache. */
+static inline uint64_t seq_epoch(struct kvp_manager *m)
+{
+	return seqmem_epoch(&m->mem);
+}
+
+/* Remembers s, just published, in this thread's lookup cache.  s is
+ * locked and alive, or the caller's own (dead, not yet brought to life):
+ * either way the epoch read now is one no reclaim of s's slab can have
+ * bumped (see "Returning slabs"). */
 void seq_cache_note(struct kvp_manager *m, uint64_t id, struct kvp_seq *s)
 {
 	struct seq_cache_entry *e = seq_cache_slot(id);
 
 	if (e)
-		*e = (struct seq_cache_entry){.muid = m->uid, .id = id, .s = s};
+		*e = (struct seq_cache_entry){
+			.epoch = seq_epoch(m), .id = id, .s = s};
+}
+
+/*
+ * A lookup-cache hit needs no read-side section: between the thread's
+ * reader marks, an entry is used only if its epoch is current, and a
+ * reclaim waits for the marks to clear after bumping the epoch
+ * (seqmem_readers_wait) before it frees anything.  The map's path runs in
+ * a read-side section, and stamps its entry with the epoch read before
+ * the struct was found alive, so an entry is never newer than the life
+ * it records.
+ */
+static struct kvp_seq *seq_cache_hit(struct kvp_manager *m,
+				     struct seq_cache_entry *e, uint64_t id)
+{
+	struct seq_thread *th = seq_thr;
+	struct kvp_seq *s = NULL;
+
+	seqmem_reader_enter(&th->reader);
+	if (e->epoch == seq_epoch(m)) {
+		/* Not m's struct: the entry outlived its slab (a broken
+		 * epoch) and the memory serves something else now. */
+		if (unlikely(e->s->mgr != m))
+			kvp_fatal("a lookup-cache entry outlived its slab");
+		if (seq_lock_live(e->s, id))
+			s = e->s;
+	}
+	seqmem_reader_exit(&th->reader);
+	return s;
 }
 
 void seq_prefetch(struct kvp_manager *m, uint64_t id)
@@ -564,7 +438,7 @@ void seq_prefetch(struct kvp_manager *m, uint64_t id)
 
 	/* A hint only: the struct may be freed or reused by the time it is
 	 * used, and seq_acquire() checks it then (a prefetch never faults). */
-	if (e && e->muid == m->uid && e->id == id)
+	if (e && e->epoch == seq_epoch(m) && e->id == id)
 		__builtin_prefetch(e->s, 1, 3);
 }
 
@@ -572,49 +446,44 @@ struct kvp_seq *seq_acquire(struct kvp_manager *m, uint64_t id)
 {
 	struct seq_cache_entry *e = seq_cache_slot(id);
 	struct kvp_seq *s;
+	uint64_t epoch;
 
-	if (e && e->muid == m->uid && e->id == id && seq_lock_live(e->s, id))
-		return e->s;
+	if (e && e->id == id && (s = seq_cache_hit(m, e, id)))
+		return s;
 	kvp_rcu_read_lock();
+	epoch = seq_epoch(m);
 	s = seqmap_lookup(&m->map, id);
 	if (s && !seq_lock_live(s, id))
 		s = NULL;
-	kvp_rcu_read_unlock();
 	if (s && e)
-		*e = (struct seq_cache_entry){.muid = m->uid, .id = id, .s = s};
+		*e = (struct seq_cache_entry){
+			.epoch = epoch, .id = id, .s = s};
+	kvp_rcu_read_unlock();
 	return s;
 }
 
-
-void seqslab_init(struct seqslab *sl)
-{
-	atomic_init(&sl->slabs, NULL);
-	atomic_init(&sl->free_seqs, NULL);
-	atomic_init(&sl->retired, NULL);
-	atomic_init(&sl->nretired, 0);
-	atomic_init(&sl->flushed_n, 0);
-	atomic_init(&sl->flushed_ns, 0);
-}
 
 void seqslab_dying(struct kvp_manager *m)
 {
 	kvp_check_pthread(pthread_mutex_lock(&mgr_registry_lock));
 	m->seqs.dying = true;
 	kvp_check_pthread(pthread_mutex_unlock(&mgr_registry_lock));
+	seqmem_close(m);
 }
 
-void seqslab_fini(struct kvp_manager *m)
+/*
+ * Returns this thread's stashed structs to their managers, asks each of
+ * them for a reclaim after their retired structs' grace period, and
+ * flushes the thread's block caches (tcache.c).  Takes the registry lock
+ * (a manager may be under destruction meanwhile); no grace period is
+ * waited for.
+ */
+KVP_API void kvp_thread_flush(void)
 {
-	struct seq_slab *slab, *next;
-
-	for (slab = atomic_load_explicit(&m->seqs.slabs, memory_order_acquire);
-	     slab; slab = next) {
-		next = slab->next;
-		for (int i = 0; i < KVP_SEQ_SLAB; i++)
-			btable_fini(&slab->seqs[i].table);
-		kvp_free_aligned(slab, _Alignof(struct seq_slab),
-				 sizeof(*slab));
-	}
+	if (seq_thr)
+		for (int i = 0; i < KVP_STASHES; i++)
+			stash_return(&seq_thr->stashes[i], true);
+	tcache_thread_flush();
 }
 
 void seqslab_each_manager(void (*fn)(struct kvp_manager *o, void *arg),

@@ -1,106 +1,29 @@
 /*
- * seqslab.h - sequence structs: their layout, slabs and recycling, and
- * each thread's lookup cache and stashes (layer 7, doc/architecture.md
- * "Layers": seqslab.c, over seqmap.c, rcu.c, alloc.c and btable.c).
+ * seqslab.h - sequence structs per thread and per manager: each thread's
+ * stashes and lookup cache, taking, releasing and finding structs, and
+ * the registry of managers (floor 7, doc/architecture.md "Layers":
+ * seqslab.c, over seqmem.c and seqmap.c).
  *
- * Owns struct kvp_seq (whose fields the sequence files above read and
- * write under its lock), struct seq_slab and struct seqslab (a manager's
- * slabs, free and retire lists, and its place in the registry of
- * managers).
+ * Owns struct seqslab (a manager's place in the registry).  The structs'
+ * layout and memory are seqmem.h's.
  *
  * Synchronisation: seq_take() and seq_release() may run at once in any
  * threads; a struct is locked with seq_lock(), found with seq_acquire().
  * The registry calls (seqslab_register, seqslab_unregister,
  * seqslab_dying, seqslab_each_manager) take the registry lock
- * themselves.  seqslab_fini() needs every other thread done with the
- * manager.
+ * themselves.
  */
 #ifndef KVP_SEQSLAB_H
 #define KVP_SEQSLAB_H
 
-#include <sched.h>
-#include <stdatomic.h>
 #include <stdbool.h>
-#include <stddef.h>
 #include <stdint.h>
-#include <urcu/urcu-memb.h>
 
-#include "btable.h"
-#include "compiler.h"
+#include "seqmem.h"
 
 struct kvp_manager;
 
-/*
- * A sequence.  Its struct is type-stable: it belongs to one manager, is
- * recycled (at once, through its freeing thread's stash, or after an RCU
- * grace period through the manager's free list) and freed only when the
- * manager is destroyed.  So a stale pointer to it (a map reader's, a
- * thread's lookup cache) is always safe to lock and check: `dead` or
- * another id means a miss.  The map never reads it (seqmap.c).
- */
-struct kvp_seq {
-	/* Whole pairs of cache lines (CPUs prefetch lines in pairs):
-	 * neighbours in a slab often belong to other threads.  The first
-	 * line holds everything an append within a block reads or writes,
-	 * the second the rest of the table and the rest. */
-	/* Serialises every mutation and consistent read of the sequence. */
-	_Alignas(2 * KVP_CACHELINE) _Atomic uint32_t lock;
-	/* True while the struct holds no live sequence: set under lock by
-	 * the free that removes it (only the thread that flips it goes on),
-	 * cleared by a release store, unlocked, once a create or fork has
-	 * published it (seq_bring_alive).  A locker loads it with acquire and
-	 * treats a dead sequence as unknown; eviction scans read it
-	 * relaxed. */
-	_Atomic bool dead;
-	/* The last block may be shared (a fork or a rollback happened since
-	 * it was allocated): append must check its count for copy-on-write.
-	 * False means it is ours alone, and saves a read of a state word
-	 * other threads write.  lock. */
-	bool tail_shared;
-	/* Prefix caching: a stream-trimmed sequence no longer follows its
-	 * hash chain and cannot commit.  lock. */
-	bool trimmed;
-	/* Written only while the struct is dead and its taker's; read under
-	 * lock once `dead` is seen false (a struct found in the map may be
-	 * reused meanwhile). */
-	uint64_t id;
-	/* Written under lock; eviction scans and stats read them relaxed. */
-	_Atomic uint32_t num_tokens;
-	_Atomic int32_t priority;
-	_Atomic uint64_t last_access, access_count;
-	struct kvp_manager *mgr; /* immutable */
-	/* The block table (btable.h): its length, tail and chunk pointers
-	 * end the first line; its capacity and inline chunk pointers (the
-	 * chunks of short sequences) follow.  lock. */
-	struct btable table;
-	/* Prefix caching: blocks [0, committed) are registered or were
-	 * hits.  lock. */
-	uint32_t committed;
-	/* Blocks [0, hits) were prefix-cache hits (or, for a fork, its
-	 * source's): at the free, their references may be parked (pool.c).
-	 * lock. */
-	uint32_t hits;
-	/* The next struct on the manager's retire list, in the batch handed
-	 * to call_rcu, on its free list, or on a thread's stash: a struct is
-	 * on one of them at a time.  Synchronization: see retire_push(),
-	 * seq_take() and seq_release(). */
-	_Atomic(struct kvp_seq *) link;
-	struct rcu_head rcu;
-};
-
-/* Sequence structs come in cache-aligned slabs, freed with the manager. */
-_Static_assert(sizeof(struct kvp_seq) % (2 * KVP_CACHELINE) == 0,
-	       "a sequence occupies whole pairs of cache lines");
-_Static_assert(offsetof(struct kvp_seq, table) + BTABLE_HOT_BYTES <=
-		       KVP_CACHELINE,
-	       "an append's fields share the struct's first line");
-#define KVP_SEQ_SLAB 32
-struct seq_slab {
-	struct kvp_seq seqs[KVP_SEQ_SLAB];
-	struct seq_slab *next; /* immutable: the manager's slab list */
-};
-
-/* A manager's sequence structs. */
+/* A manager in the registry. */
 struct seqslab {
 	/* The managers of the process, for kvp_manager_check (the
 	 * registry below).  Synchronization: mgr_registry_lock. */
@@ -109,57 +32,7 @@ struct seqslab {
 	 * then keep their stashed structs of it instead of handing them
 	 * back. */
 	bool dying;
-	/* Every slab of sequence structs: push-only (CAS), freed at
-	 * destruction. */
-	_Atomic(struct seq_slab *) slabs;
-	/* Recycled structs: a Treiber stack, pushed by RCU callbacks, popped
-	 * inside read-side sections (which rules out ABA: a popped struct
-	 * comes back only after a grace period). */
-	kvp_cacheline_aligned _Atomic(struct kvp_seq *) free_seqs;
-	/* Removed structs waiting for a batch grace period: push-only (CAS),
-	 * detached whole (exchange) by retire_push(), at most once per
-	 * KVP_RETIRE_PERIOD_NS unless KVP_RETIRE_MAX are waiting.
-	 * flushed_n and flushed_ns: nretired and the monotonic clock at the
-	 * last detach (relaxed: they only pace the detaches). */
-	kvp_cacheline_aligned _Atomic(struct kvp_seq *) retired;
-	_Atomic uint32_t nretired, flushed_n;
-	_Atomic uint64_t flushed_ns;
 };
-
-static inline uint32_t seq_tokens(const struct kvp_seq *s)
-{
-	return atomic_load_explicit(&s->num_tokens, memory_order_relaxed);
-}
-
-static inline void seq_set_tokens(struct kvp_seq *s, uint32_t tokens)
-{
-	atomic_store_explicit(&s->num_tokens, tokens, memory_order_relaxed);
-}
-
-
-static inline void seq_lock(struct kvp_seq *s)
-{
-	unsigned spins = 0;
-
-	/* Acquire: pairs with seq_unlock()'s release. */
-	while (atomic_exchange_explicit(&s->lock, 1, memory_order_acquire)) {
-		while (atomic_load_explicit(&s->lock, memory_order_relaxed)) {
-			/* The holder may be descheduled (more threads than
-			 * cores): stop burning its CPU after a while. */
-			if (++spins > 64) {
-				sched_yield();
-				spins = 0;
-			} else {
-				kvp_cpu_relax();
-			}
-		}
-	}
-}
-
-static inline void seq_unlock(struct kvp_seq *s)
-{
-	atomic_store_explicit(&s->lock, 0, memory_order_release);
-}
 
 /*
  * Finds sequence id and returns it locked, or NULL if it is unknown or
@@ -173,23 +46,22 @@ struct kvp_seq *seq_acquire(struct kvp_manager *m, uint64_t id);
 struct kvp_seq *seq_take(struct kvp_manager *m);
 /* Recycles a dead struct, unpublished or removed from the map. */
 void seq_release(struct kvp_seq *s);
-/* Remembers s, just published under id, in this thread's lookup cache. */
+/* Remembers s, just published under id, in this thread's lookup cache.
+ * The caller holds s's lock and s is alive, or s is the caller's own
+ * (published dead, not yet brought to life): so it cannot be on its way
+ * back to the system. */
 void seq_cache_note(struct kvp_manager *m, uint64_t id, struct kvp_seq *s);
 /* Starts loading the struct of id into the cache if this thread's lookup
  * cache knows it (no lock, no check: a hint for a later seq_acquire). */
 void seq_prefetch(struct kvp_manager *m, uint64_t id);
 
-/* Manager creation: an empty seqslab, then m in the registry. */
-void seqslab_init(struct seqslab *sl);
+/* Manager creation: m in the registry. */
 void seqslab_register(struct kvp_manager *m);
-/* Destruction starts: threads keep their stashed structs of m. */
+/* Destruction starts: threads keep their stashed structs of m, and no
+ * reclaim of m starts any more. */
 void seqslab_dying(struct kvp_manager *m);
-/* Hands every retired struct of m to one call_rcu. */
-void seqslab_flush(struct kvp_manager *m);
-/* Destruction ends: m leaves the registry, its slabs are freed (every
- * struct recycled: after seqslab_flush and an RCU barrier). */
+/* Destruction ends: m leaves the registry (after seqmem_fini). */
 void seqslab_unregister(struct kvp_manager *m);
-void seqslab_fini(struct kvp_manager *m);
 /* Calls fn(o, arg) for every registered manager o, under the registry
  * lock (kvp_manager_check). */
 void seqslab_each_manager(void (*fn)(struct kvp_manager *o, void *arg),

@@ -341,7 +341,7 @@ static void thread_exit(void *arg)
 	memset(&tcache_last, 0, sizeof(tcache_last));
 }
 
-KVP_API void kvp_thread_flush(void)
+void tcache_thread_flush(void)
 {
 	if (self.n)
 		release_all(false);
@@ -355,6 +355,11 @@ static void drainer_fence(void)
 	}
 	if (membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) != 0)
 		kvp_fatal("membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) failed");
+}
+
+void tcache_fence_all(void)
+{
+	drainer_fence();
 }
 
 /*

@@ -2,7 +2,7 @@
  * stress_seq.c - validates sequences and managers under threads.
  *
  * usage: stress_seq THREADS SECONDS [--blocks N] [--ids K] [--seed S]
- *                   [--fork-tree [--writes 0]]
+ *                   [--fork-tree [--writes 0]] [--reclaim]
  *
  * Two managers (two "models") share one data-owning pool that is small
  * enough to run out.  Every thread picks random operations on a small id
@@ -21,6 +21,15 @@
  * token either side, inside a block), stream trims, preemption
  * (kvp_evict, kvp_evict_until) and (unless --writes 0) writes to shared
  * rows (-EBUSY) race on their nodes.
+ *
+ * --reclaim: each thread creates bursts of RECLAIM_BURST sequences in an
+ * id range of its own (some forked from other threads' ranges), frees
+ * them and calls kvp_thread_flush, so that the managers return whole
+ * slabs of sequence structs while the others look up, append to, fork
+ * and free the same ids: their lookup caches hold entries for structs
+ * whose slabs go back (seqslab.c, "Returning slabs").  With two threads
+ * or more, the first only pokes: no creates of its own overwrite its
+ * cache's entries.  The run fails unless slabs were returned.
  *
  * At the end every sequence is freed; the program requires both managers'
  * kvp_manager_check() (every block's refcount equals the table entries
@@ -51,6 +60,15 @@ static uint32_t num_blocks = 1024, id_space = 48;
 /* --writes 0: fork-tree threads write no rows. */
 static int tree_writes = 1;
 static _Atomic int stop;
+/* --reclaim: threads in all, for their id ranges. */
+static int reclaim_threads;
+static _Atomic int reclaim_next; /* the next thread's range */
+#define RECLAIM_BASE 1000000ull
+#define RECLAIM_BURST 2048u
+/* Pokes go to the first ids of each range: few enough that a thread's
+ * lookup cache keeps entries for them from one burst to the next, so its
+ * lookups meet entries whose slabs went back meanwhile. */
+#define RECLAIM_POKED 256u
 static _Atomic uint64_t counts[16];
 
 enum { OP_CREATE, OP_APPEND, OP_FORK, OP_FREE, OP_TRUNC, OP_TRIM, OP_EVICT,
@@ -394,6 +412,92 @@ static void *worker(void *arg)
 	return NULL;
 }
 
+/* --reclaim: id i of thread t's range. */
+static uint64_t reclaim_id(int t, uint32_t i)
+{
+	return RECLAIM_BASE + (uint64_t)t * RECLAIM_BURST + i;
+}
+
+/* --reclaim: one operation on another thread's range (or ours). */
+static void reclaim_poke(struct kvp_manager *m, int me, uint32_t i,
+			 uint64_t *seed)
+{
+	/* The poker's range (me < 0: thread 0's) stays empty. */
+	int t = me < 0 ? 1 + (int)(rnd(seed) % (uint64_t)(reclaim_threads - 1))
+		       : (int)(rnd(seed) % (uint64_t)reclaim_threads);
+	uint64_t other = reclaim_id(t, (uint32_t)(rnd(seed) % RECLAIM_POKED));
+	uint32_t r = (uint32_t)(rnd(seed) % 100);
+	int err;
+
+	if (r < 50) {
+		do_read(m, other);
+		count(OP_READ);
+	} else if (r < 70) {
+		do_append(m, other, 1 + (uint32_t)(rnd(seed) % BT));
+	} else if (r < 85 && me >= 0) {
+		/* Into our own range: freed with our burst. */
+		err = kvp_seq_fork(m, other, reclaim_id(me, i));
+		expect("fork", err, -ENOENT, -EEXIST, 0);
+		count(OP_FORK);
+	} else {
+		expect("free", kvp_seq_free(m, other), -ENOENT, 0, 0);
+		count(OP_FREE);
+	}
+}
+
+static void *reclaim_worker(void *arg)
+{
+	uint64_t seed = (uint64_t)(uintptr_t)arg;
+	int me = atomic_fetch_add_explicit(&reclaim_next, 1,
+					   memory_order_relaxed);
+
+	while (me == 0 && reclaim_threads > 1 &&
+	       !atomic_load_explicit(&stop, memory_order_relaxed))
+		reclaim_poke(mgr[rnd(&seed) & 1], -1, 0, &seed);
+	while (!atomic_load_explicit(&stop, memory_order_relaxed)) {
+		struct kvp_manager *m = mgr[rnd(&seed) & 1];
+		int err;
+
+		for (uint32_t i = 0; i < RECLAIM_BURST; i++) {
+			uint32_t tokens = rnd(&seed) % 4 ? 0 : 1 + i % BT;
+
+			err = kvp_seq_create(m, reclaim_id(me, i), tokens);
+			expect("create", err, -EEXIST, -ENOSPC, 0);
+			count(OP_CREATE);
+			if (i % 4 == 0)
+				reclaim_poke(m, me, i, &seed);
+		}
+		for (uint32_t i = 0; i < RECLAIM_BURST; i++) {
+			expect("free", kvp_seq_free(m, reclaim_id(me, i)),
+			       -ENOENT, 0, 0);
+			count(OP_FREE);
+			if (i % 4 == 0)
+				reclaim_poke(m, me, i, &seed);
+		}
+		kvp_thread_flush();
+	}
+	return NULL;
+}
+
+/* --reclaim: the slabs m returned, from kvp_manager_dump's line. */
+static unsigned long long slabs_returned(struct kvp_manager *m)
+{
+	char buf[4096], *p;
+	unsigned long long held, returned;
+	FILE *f = fmemopen(buf, sizeof(buf), "w");
+
+	if (!f || kvp_manager_dump(m, f))
+		fail("kvp_manager_dump\n");
+	fputc(0, f);
+	fclose(f);
+	buf[sizeof(buf) - 1] = 0;
+	p = strstr(buf, "  slabs:");
+	if (!p || sscanf(p, "  slabs: %llu held, %llu returned", &held,
+			 &returned) != 2)
+		fail("no slabs line in kvp_manager_dump\n");
+	return returned;
+}
+
 int main(int argc, char **argv)
 {
 	struct kvp_layout layout = {.num_layers = 1, .num_kv_heads = 1,
@@ -405,12 +509,13 @@ int main(int argc, char **argv)
 	pthread_t *tids;
 	int nthreads, err;
 	double seconds;
-	bool fork_tree = false;
+	bool fork_tree = false, reclaim = false;
+	void *(*fn)(void *);
 
 	if (argc < 3) {
 		fprintf(stderr, "usage: %s THREADS SECONDS [--blocks N] "
 				"[--ids K] [--seed S] "
-				"[--fork-tree [--writes 0]]\n",
+				"[--fork-tree [--writes 0]] [--reclaim]\n",
 			argv[0]);
 		return 2;
 	}
@@ -419,6 +524,8 @@ int main(int argc, char **argv)
 	for (int i = 3; i < argc; i++) {
 		if (!strcmp(argv[i], "--fork-tree"))
 			fork_tree = true;
+		else if (!strcmp(argv[i], "--reclaim"))
+			reclaim = true;
 		else if (i + 1 == argc)
 			break;
 		else if (!strcmp(argv[i], "--blocks"))
@@ -444,11 +551,14 @@ int main(int argc, char **argv)
 	printf("stress_seq: %d threads, %.1f s, %u blocks, %u ids per "
 	       "manager, seed %llu%s\n",
 	       nthreads, seconds, num_blocks, id_space,
-	       (unsigned long long)seed, fork_tree ? ", fork trees" : "");
+	       (unsigned long long)seed,
+	       fork_tree ? ", fork trees" : reclaim ? ", slab reclaims" : "");
+	reclaim_threads = nthreads;
+	fn = fork_tree ? tree_worker : reclaim ? reclaim_worker : worker;
 
 	tids = calloc((size_t)nthreads, sizeof(*tids));
 	for (int i = 0; i < nthreads; i++)
-		pthread_create(&tids[i], NULL, fork_tree ? tree_worker : worker,
+		pthread_create(&tids[i], NULL, fn,
 			       (void *)(uintptr_t)(seed + 7919u * (unsigned)i));
 	{
 		struct timespec ts = {(time_t)seconds,
@@ -469,6 +579,12 @@ int main(int argc, char **argv)
 		for (uint64_t id = 0; id < id_space; id++)
 			expect("final free", kvp_seq_free(mgr[k], id), -ENOENT,
 			       0, 0);
+	for (int k = 0; reclaim && k < 2; k++)
+		for (int t = 0; t < nthreads; t++)
+			for (uint32_t i = 0; i < RECLAIM_BURST; i++)
+				expect("final free",
+				       kvp_seq_free(mgr[k], reclaim_id(t, i)),
+				       -ENOENT, 0, 0);
 	for (int k = 0; k < 2; k++)
 		if ((err = kvp_manager_check(mgr[k])))
 			fail("kvp_manager_check: %s\n", kvp_strerror(err));
@@ -484,6 +600,14 @@ int main(int argc, char **argv)
 		       (unsigned long long)atomic_load(&counts[i]));
 	if (fork_tree)
 		printf(" depth %u", atomic_load(&max_depth));
+	if (reclaim) {
+		unsigned long long ret =
+			slabs_returned(mgr[0]) + slabs_returned(mgr[1]);
+
+		if (ret == 0)
+			fail("no slab was returned\n");
+		printf(" slabs returned %llu", ret);
+	}
 	printf(": ok\n");
 	kvp_manager_destroy(mgr[0]);
 	kvp_manager_destroy(mgr[1]);

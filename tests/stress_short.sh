@@ -9,6 +9,8 @@ b=${top_builddir:-.}
 "$b/stress/stress_pool" 3 1 --blocks 64 --cache 8
 "$b/stress/stress_seq" 4 2
 "$b/stress/stress_seq" 3 1 --fork-tree --blocks 64 --ids 16
+# Slabs of sequence structs go back while other threads look them up.
+"$b/stress/stress_seq" 3 2 --reclaim --blocks 8192
 "$b/stress/stress_seqmap" 4 40000
 "$b/stress/stress_seqmap" 3 20000 --ids 4 --fresh 60
 "$b/stress/stress_churn" 2000 8

@@ -1,0 +1,268 @@
+/*
+ * seqmem.h - the memory of sequence structs: their layout, slabs, the
+ * free and retire lists, recycling through RCU, and the reclaims that
+ * give whole slabs back (floor 6, doc/architecture.md "Layers":
+ * seqmem.c, over btable.c, mgrstat.c, tcache.c, rcu.c and alloc.c).
+ *
+ * Owns struct kvp_seq (whose fields the sequence files above read and
+ * write under its lock), struct seq_slab, struct seqmem (a manager's
+ * slabs and lists) and struct seqmem_reader (a thread's lookup-cache
+ * mark).
+ *
+ * Synchronisation: seqmem_pop, seqmem_grow, seqmem_retire and seqmem_ask
+ * may run at once in any threads (not inside a read-side section); a
+ * struct is locked with seq_lock().  seqmem_quiesce and seqmem_fini need
+ * every other thread done with the manager.
+ */
+#ifndef KVP_SEQMEM_H
+#define KVP_SEQMEM_H
+
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <urcu/urcu-memb.h>
+
+#include "btable.h"
+#include "compiler.h"
+#include "tcache.h"
+
+struct kvp_manager;
+
+/*
+ * A sequence.  Its struct is type-stable: it belongs to one manager, is
+ * recycled (at once, through its freeing thread's stash, or after an RCU
+ * grace period through the manager's free list), and freed with its slab
+ * only when the whole slab rests on the free list and a grace period
+ * has passed (seqmem.c, "Returning slabs"), or when the manager is
+ * destroyed.  So a stale pointer to it (a map reader's inside its
+ * read-side section, a lookup-cache entry of the current epoch) is always
+ * safe to lock and check: `dead` or another id means a miss.  The map
+ * never reads it (seqmap.c).
+ */
+struct kvp_seq {
+	/* Whole pairs of cache lines (CPUs prefetch lines in pairs):
+	 * neighbours in a slab often belong to other threads.  The first
+	 * line holds everything an append within a block reads or writes,
+	 * the second the rest of the table and the rest. */
+	/* Serialises every mutation and consistent read of the sequence. */
+	_Alignas(2 * KVP_CACHELINE) _Atomic uint32_t lock;
+	/* True while the struct holds no live sequence: set under lock by
+	 * the free that removes it (only the thread that flips it goes on),
+	 * cleared by a release store, unlocked, once a create or fork has
+	 * published it (seq_bring_alive).  A locker loads it with acquire and
+	 * treats a dead sequence as unknown; eviction scans read it
+	 * relaxed. */
+	_Atomic bool dead;
+	/* The last block may be shared (a fork or a rollback happened since
+	 * it was allocated): append must check its count for copy-on-write.
+	 * False means it is ours alone, and saves a read of a state word
+	 * other threads write.  lock. */
+	bool tail_shared;
+	/* Prefix caching: a stream-trimmed sequence no longer follows its
+	 * hash chain and cannot commit.  lock. */
+	bool trimmed;
+	/* Written only while the struct is dead and its taker's; read under
+	 * lock once `dead` is seen false (a struct found in the map may be
+	 * reused meanwhile). */
+	uint64_t id;
+	/* Written under lock; eviction scans and stats read them relaxed. */
+	_Atomic uint32_t num_tokens;
+	_Atomic int32_t priority;
+	_Atomic uint64_t last_access, access_count;
+	struct kvp_manager *mgr; /* immutable */
+	/* The block table (btable.h): its length, tail and chunk pointers
+	 * end the first line; its capacity and inline chunk pointers (the
+	 * chunks of short sequences) follow.  lock. */
+	struct btable table;
+	/* Prefix caching: blocks [0, committed) are registered or were
+	 * hits.  lock. */
+	uint32_t committed;
+	/* Blocks [0, hits) were prefix-cache hits (or, for a fork, its
+	 * source's): at the free, their references may be parked (pool.c).
+	 * lock. */
+	uint32_t hits;
+	struct seq_slab *slab; /* immutable: the slab it belongs to */
+	/* The next struct on the manager's retire list, in the batch handed
+	 * to call_rcu, on its free list, or on a thread's stash: a struct is
+	 * on one of them at a time.  Synchronization: see seqmem_retire(),
+	 * seq_take() and seq_release(). */
+	_Atomic(struct kvp_seq *) link;
+	struct rcu_head rcu;
+};
+
+/* Sequence structs come in cache-aligned slabs, returned once every struct
+ * of one rests on the free list (seqslab.c) or freed with the manager. */
+_Static_assert(sizeof(struct kvp_seq) % (2 * KVP_CACHELINE) == 0,
+	       "a sequence occupies whole pairs of cache lines");
+_Static_assert(offsetof(struct kvp_seq, table) + BTABLE_HOT_BYTES <=
+		       KVP_CACHELINE,
+	       "an append's fields share the struct's first line");
+#define KVP_SEQ_SLAB 32
+struct seq_slab {
+	struct kvp_seq seqs[KVP_SEQ_SLAB];
+	/* The manager's slab list: set by the pusher before the push;
+	 * afterwards written (a slab unlinked) only by the reclaimer, and
+	 * read by it and by the destruction, after the last reclaim. */
+	struct seq_slab *next;
+	/* Reclaimer only (seqmem.c's reclaim_finish): the structs of the
+	 * slab counted on the detached free list, and the slabs counted. */
+	struct seq_slab *counted_next;
+	uint32_t nidle;
+};
+
+/* A manager's sequence structs: slabs, free and retire lists, reclaims. */
+struct seqmem {
+	/* Every slab of sequence structs: pushed (CAS), unlinked by the
+	 * reclaimer, freed by it or at destruction. */
+	_Atomic(struct seq_slab *) slabs;
+	/* Recycled structs: a Treiber stack, pushed by RCU callbacks, popped
+	 * inside read-side sections (which rules out ABA: a popped struct
+	 * comes back only after a grace period). */
+	kvp_cacheline_aligned _Atomic(struct kvp_seq *) free_seqs;
+	/* Removed structs waiting for a batch grace period: push-only (CAS),
+	 * detached whole (exchange) by seqmem_retire(), at most once per
+	 * KVP_RETIRE_PERIOD_NS unless KVP_RETIRE_MAX are waiting.
+	 * flushed_n and flushed_ns: nretired and the monotonic clock at the
+	 * last detach (relaxed: they only pace the detaches). */
+	kvp_cacheline_aligned _Atomic(struct kvp_seq *) retired;
+	_Atomic uint32_t nretired, flushed_n;
+	_Atomic uint64_t flushed_ns;
+	/* Memory coming back (seqmem.c, "Returning slabs").  epoch: a
+	 * process-unique number (kvp_next_uid), redrawn by each reclaim
+	 * before its grace period; a lookup-cache entry is only used under
+	 * the epoch it was made in (so never for another manager).  Read-mostly, so on a
+	 * line of its own.  Synchronization: atomic (see the argument). */
+	kvp_cacheline_aligned _Atomic uint64_t epoch;
+	/* Slabs held, and returned so far (relaxed: they pace reclaims and
+	 * feed kvp_manager_dump). */
+	_Atomic uint32_t nslabs;
+	_Atomic uint64_t slabs_returned;
+	/* A thread flushed (kvp_thread_flush): reclaim without waiting for
+	 * KVP_RECLAIM_PERIOD_NS.  again: a due reclaim found one under
+	 * way, which then starts another.  closing: destruction started, no
+	 * reclaim starts.  reclaiming, kicking: a reclaim or a kick is
+	 * queued on call_rcu (the destruction waits for both to end). */
+	_Atomic bool asked, again, closing;
+	_Atomic uint32_t reclaiming, kicking;
+	_Atomic uint64_t reclaimed_ns;
+	/* The detached free list a reclaim counts, and whether a thread
+	 * asked for the reclaim: written before its call_rcu, read by its
+	 * callback (the hand-off orders them).  untrimmed: slabs freed since
+	 * the last kvp_alloc_trim (reclaimers only, one at a time). */
+	struct kvp_seq *reclaim_chain;
+	bool reclaim_asked;
+	uint32_t untrimmed;
+	struct rcu_head reclaim_rcu, kick_rcu;
+};
+
+static inline uint32_t seq_tokens(const struct kvp_seq *s)
+{
+	return atomic_load_explicit(&s->num_tokens, memory_order_relaxed);
+}
+
+static inline void seq_set_tokens(struct kvp_seq *s, uint32_t tokens)
+{
+	atomic_store_explicit(&s->num_tokens, tokens, memory_order_relaxed);
+}
+
+
+static inline void seq_lock(struct kvp_seq *s)
+{
+	unsigned spins = 0;
+
+	/* Acquire: pairs with seq_unlock()'s release. */
+	while (atomic_exchange_explicit(&s->lock, 1, memory_order_acquire)) {
+		while (atomic_load_explicit(&s->lock, memory_order_relaxed)) {
+			/* The holder may be descheduled (more threads than
+			 * cores): stop burning its CPU after a while. */
+			if (++spins > 64) {
+				sched_yield();
+				spins = 0;
+			} else {
+				kvp_cpu_relax();
+			}
+		}
+	}
+}
+
+static inline void seq_unlock(struct kvp_seq *s)
+{
+	atomic_store_explicit(&s->lock, 0, memory_order_release);
+}
+
+/*
+ * A thread's mark while it uses a lookup-cache entry (seqslab.c's
+ * seq_cache_hit): reclaims wait for every mark to clear before they free
+ * anything (seqmem.c, "Returning slabs").  Embedded in the thread's
+ * state, listed with seqmem_reader_add().
+ */
+struct seqmem_reader {
+	/* 1 between enter and exit.  Written by its thread, read by
+	 * reclaimers. */
+	_Atomic uint32_t busy;
+	/* Every thread's reader: seqmem.c's readers_lock. */
+	struct seqmem_reader *next, **pprev;
+};
+
+static inline void seqmem_reader_enter(struct seqmem_reader *r)
+{
+	/* Relaxed: ordered before the caller's load of the epoch by the
+	 * fence below, or by the reclaimer's membarrier (tcache_enter's
+	 * pattern). */
+	atomic_store_explicit(&r->busy, 1, memory_order_relaxed);
+	if (unlikely(!tcache_membarrier_ok))
+		atomic_thread_fence(memory_order_seq_cst);
+	else
+		kvp_compiler_barrier();
+}
+
+static inline void seqmem_reader_exit(struct seqmem_reader *r)
+{
+	/* Release: the caller's use of a struct before a reclaimer's
+	 * free (pairs with seqmem_readers_wait()'s acquire). */
+	atomic_store_explicit(&r->busy, 0, memory_order_release);
+}
+
+/* m's reclaim epoch.  Acquire: pairs with reclaim_start()'s store, so
+ * that a reader of the new epoch sees the detach before it. */
+static inline uint64_t seqmem_epoch(struct seqmem *mem)
+{
+	return atomic_load_explicit(&mem->epoch, memory_order_acquire);
+}
+
+/* Lists and unlists a thread's reader (thread start and exit). */
+void seqmem_reader_add(struct seqmem_reader *r);
+void seqmem_reader_del(struct seqmem_reader *r);
+
+/* A struct popped off m's free list, or NULL. */
+struct kvp_seq *seqmem_pop(struct kvp_manager *m);
+/* A new slab of dead, unpublished structs for m (flushing m's retired
+ * structs first, as paced), or NULL if out of memory. */
+struct seq_slab *seqmem_grow(struct kvp_manager *m);
+/* Hands a chain of n dead structs, first..last linked through `link`,
+ * back for reuse after a grace period; may_flush false: only waits for
+ * the next flush (under the registry lock). */
+void seqmem_retire(struct kvp_manager *m, struct kvp_seq *first,
+		   struct kvp_seq *last, uint32_t n, bool may_flush);
+/* kvp_thread_flush, for a live manager m: retired structs go to call_rcu
+ * and a reclaim is asked for once they are on the free list. */
+void seqmem_ask(struct kvp_manager *m);
+
+/* Manager creation and destruction. */
+void seqmem_init(struct seqmem *mem);
+/* Destruction starts: no reclaim of m starts any more. */
+void seqmem_close(struct kvp_manager *m);
+/* Hands every retired struct of m to one call_rcu. */
+void seqmem_flush(struct kvp_manager *m);
+/* Waits (RCU barriers) until no recycling or reclaim of m is queued. */
+void seqmem_quiesce(struct kvp_manager *m);
+/* Frees every slab (every struct recycled: after seqmem_flush and
+ * seqmem_quiesce). */
+void seqmem_fini(struct kvp_manager *m);
+/* Slabs m holds and has returned (kvp_manager_dump). */
+void seqmem_counts(struct kvp_manager *m, uint64_t *held,
+		   uint64_t *returned);
+
+#endif /* KVP_SEQMEM_H */
