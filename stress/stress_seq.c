@@ -498,6 +498,28 @@ static unsigned long long slabs_returned(struct kvp_manager *m)
 	return returned;
 }
 
+/* --reclaim: frees every sequence of the threads' ranges. */
+static void reclaim_free_all(int nthreads)
+{
+	for (int k = 0; k < 2; k++)
+		for (int t = 0; t < nthreads; t++)
+			for (uint32_t i = 0; i < RECLAIM_BURST; i++)
+				expect("final free",
+				       kvp_seq_free(mgr[k], reclaim_id(t, i)),
+				       -ENOENT, 0, 0);
+}
+
+/* --reclaim: the slabs both managers returned; fails if none. */
+static unsigned long long reclaim_returned(void)
+{
+	unsigned long long ret =
+		slabs_returned(mgr[0]) + slabs_returned(mgr[1]);
+
+	if (ret == 0)
+		fail("no slab was returned\n");
+	return ret;
+}
+
 int main(int argc, char **argv)
 {
 	struct kvp_layout layout = {.num_layers = 1, .num_kv_heads = 1,
@@ -579,12 +601,8 @@ int main(int argc, char **argv)
 		for (uint64_t id = 0; id < id_space; id++)
 			expect("final free", kvp_seq_free(mgr[k], id), -ENOENT,
 			       0, 0);
-	for (int k = 0; reclaim && k < 2; k++)
-		for (int t = 0; t < nthreads; t++)
-			for (uint32_t i = 0; i < RECLAIM_BURST; i++)
-				expect("final free",
-				       kvp_seq_free(mgr[k], reclaim_id(t, i)),
-				       -ENOENT, 0, 0);
+	if (reclaim)
+		reclaim_free_all(nthreads);
 	for (int k = 0; k < 2; k++)
 		if ((err = kvp_manager_check(mgr[k])))
 			fail("kvp_manager_check: %s\n", kvp_strerror(err));
@@ -600,14 +618,8 @@ int main(int argc, char **argv)
 		       (unsigned long long)atomic_load(&counts[i]));
 	if (fork_tree)
 		printf(" depth %u", atomic_load(&max_depth));
-	if (reclaim) {
-		unsigned long long ret =
-			slabs_returned(mgr[0]) + slabs_returned(mgr[1]);
-
-		if (ret == 0)
-			fail("no slab was returned\n");
-		printf(" slabs returned %llu", ret);
-	}
+	if (reclaim)
+		printf(" slabs returned %llu", reclaim_returned());
 	printf(": ok\n");
 	kvp_manager_destroy(mgr[0]);
 	kvp_manager_destroy(mgr[1]);

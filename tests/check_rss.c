@@ -132,16 +132,41 @@ static void run_burst(struct kvp_manager *m, uint64_t first, uint32_t n,
 	b->after_kb = rss_settle(limit, &b->waited_ms);
 }
 
+/* An ID-only pool for n sequences of TOKENS and a manager over it; the
+ * calling thread's caches are made (one sequence created and freed). */
+static struct kvp_manager *setup(uint32_t n, struct kvp_pool **pool)
+{
+	struct kvp_pool_config pc;
+	struct kvp_manager_config mc;
+	struct kvp_manager *m;
+	int err;
+
+	memset(&pc, 0, sizeof(pc));
+	pc.num_blocks = n * BLOCKS_PER_SEQ + 1024;
+	pc.block_tokens = BLOCK_TOKENS;
+	pc.device_id = -1;
+	if ((err = kvp_pool_create(&pc, pool)))
+		die("kvp_pool_create", 0, err);
+	memset(&mc, 0, sizeof(mc));
+	mc.pool = *pool;
+	if ((err = kvp_manager_create(&mc, &m)))
+		die("kvp_manager_create", 0, err);
+	/* The thread's first use makes its caches: before the baseline. */
+	if ((err = kvp_seq_create(m, 0, TOKENS)) || (err = kvp_seq_free(m, 0)))
+		die("warm-up", 0, err);
+	kvp_thread_flush();
+	usleep(50000);
+	return m;
+}
+
 int main(int argc, char **argv)
 {
 	uint32_t n = 200000, bursts = 3;
-	struct kvp_pool_config pc;
-	struct kvp_manager_config mc;
 	struct kvp_pool *pool;
 	struct kvp_manager *m;
 	struct burst b[16];
 	long base, limit;
-	int err, failed = 0;
+	int failed = 0;
 
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--seqs") && i + 1 < argc)
@@ -163,21 +188,7 @@ int main(int argc, char **argv)
 	if (bursts < 1 || bursts > 16 || n < 1 ||
 	    n > (1u << 31) / BLOCKS_PER_SEQ - 1024)
 		return 2;
-	memset(&pc, 0, sizeof(pc));
-	pc.num_blocks = n * BLOCKS_PER_SEQ + 1024;
-	pc.block_tokens = BLOCK_TOKENS;
-	pc.device_id = -1;
-	if ((err = kvp_pool_create(&pc, &pool)))
-		die("kvp_pool_create", 0, err);
-	memset(&mc, 0, sizeof(mc));
-	mc.pool = pool;
-	if ((err = kvp_manager_create(&mc, &m)))
-		die("kvp_manager_create", 0, err);
-	/* The thread's first use makes its caches: before the baseline. */
-	if ((err = kvp_seq_create(m, 0, TOKENS)) || (err = kvp_seq_free(m, 0)))
-		die("warm-up", 0, err);
-	kvp_thread_flush();
-	usleep(50000);
+	m = setup(n, &pool);
 	base = rss_kb();
 	if (base <= 0) {
 		printf("check_rss: skipped: no /proc/self/statm\n");
