@@ -33,17 +33,7 @@
 
 #include "kvpool.h"
 
-/* gcc defines __SANITIZE_*__; clang only answers __has_feature. */
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define KVP_SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define KVP_SANITIZED 1
-#endif
-#endif
-#ifndef KVP_SANITIZED
-#define KVP_SANITIZED 0
-#endif
+#include "sanitized.h"
 
 #define TOKENS 100u
 #define BLOCK_TOKENS 16u

@@ -22,17 +22,7 @@
 
 #define SEED 0x0123456789abcdefull
 
-/* gcc defines __SANITIZE_*__; clang only answers __has_feature. */
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define KVP_SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define KVP_SANITIZED 1
-#endif
-#endif
-#ifndef KVP_SANITIZED
-#define KVP_SANITIZED 0
-#endif
+#include "sanitized.h"
 
 /*
  * Leaves a pattern in the stack below the caller's frame: in every 64-byte
