@@ -167,6 +167,30 @@ static void seq_bring_alive(struct kvp_manager *m, struct kvp_seq *s)
 	atomic_store_explicit(&s->dead, false, memory_order_release);
 }
 
+/*
+ * Takes a struct and publishes it under id, dead: finders see -ENOENT
+ * until seq_bring_alive(), and a dead struct's lockers read nothing but
+ * `dead` and its id.  So a create or fork of a taken id fails before it
+ * changes anything, with no lookup of its own.  0, -EEXIST or -ENOMEM.
+ */
+static int seq_publish_dead(struct kvp_manager *m, uint64_t id,
+			    struct kvp_seq **out)
+{
+	struct kvp_seq *s = seq_take(m);
+	int err;
+
+	if (!s)
+		return -ENOMEM;
+	s->id = id;
+	err = seqmap_insert(&m->map, id, s);
+	if (err) {
+		seq_release(s);
+		return err;
+	}
+	*out = s;
+	return 0;
+}
+
 /* Takes s, published dead and never brought to life, out of the map and
  * gives it back.  No sequence lock held (seqmap_remove may wait). */
 static void seq_unpublish(struct kvp_manager *m, struct kvp_seq *s)
@@ -216,17 +240,11 @@ int seq_create(struct kvp_manager *m, uint64_t id, uint32_t num_tokens,
 	*hits = 0;
 	if (nb > m->pool->num_blocks)
 		return -ENOSPC;
-	s = seq_take(m);
-	if (!s)
-		return -ENOMEM;
-	/* Published dead first, as kvp_seq_fork does: a taken id fails
-	 * before anything is allocated, with no lookup of its own. */
-	s->id = id;
-	err = seqmap_insert(&m->map, id, s);
-	if (err) {
-		seq_release(s);
+	/* Published dead first: a taken id fails before anything is
+	 * allocated. */
+	err = seq_publish_dead(m, id, &s);
+	if (err)
 		return err;
-	}
 	/* The ids are gathered first (hits, then the allocation), then
 	 * handed to the table, whose room is made before anything is
 	 * taken. */
@@ -490,19 +508,11 @@ KVP_API int kvp_seq_fork(struct kvp_manager *m, uint64_t src, uint64_t dst)
 
 	if (!m)
 		return -EINVAL;
-	d = seq_take(m);
-	if (!d)
-		return -ENOMEM;
-	/* dst is published first, dead (finders see -ENOENT until it comes
-	 * to life), so that a taken dst, src itself included, fails before
-	 * anything changes, with no lookup of its own.  A dead struct's
-	 * lockers read nothing but `dead` and its id. */
-	d->id = dst;
-	err = seqmap_insert(&m->map, dst, d);
-	if (err) {
-		seq_release(d);
+	/* dst is published first, dead, so that a taken dst, src itself
+	 * included, fails before anything changes. */
+	err = seq_publish_dead(m, dst, &d);
+	if (err)
 		return err;
-	}
 	s = seq_acquire(m, src);
 	if (!s) {
 		seq_unpublish(m, d);
