@@ -151,6 +151,21 @@ struct kvp_pub_stats {
 KVPE_API void kvp_pub_stats(struct kvp_pub *pub, struct kvp_pub_stats *st);
 
 /*
+ * Renders the publisher's counters (events published and dropped,
+ * batches, replays served, cut and ignored, the replay ring's fill) as
+ * OpenMetrics or Prometheus text, with kvp_metrics_write's flags and
+ * errors (kvpool(3)); the families are listed in kvpool-events(3).  To
+ * serve them with a pool's, write the pool's with KVP_METRICS_NO_EOF
+ * first.  Errors: -EINVAL (NULL pub or f, an unknown flag), -ENOMEM,
+ * -EIO.
+ */
+KVPE_API int kvp_pub_metrics_write(struct kvp_pub *pub, uint32_t flags,
+				   FILE *f);
+/* As kvp_pub_metrics_write, into buf[0..cap), as kvp_metrics_format. */
+KVPE_API int kvp_pub_metrics_format(struct kvp_pub *pub, uint32_t flags,
+				    char *buf, size_t cap, size_t *len);
+
+/*
  * The address a socket is bound to (which 0: PUB, 1: replay), with the
  * port the system chose for "tcp://host:*".  Errors: -EINVAL (NULL
  * argument, no such socket), -ENOSPC (buf too small).

@@ -295,7 +295,15 @@ struct kvp_manager_config {
 	 * pinned (KVP_RETAIN_PIN) at once; 0 = the default, a quarter of
 	 * the pool's blocks.  At most the pool's size. */
 	uint32_t max_pinned;
+	/* The manager's name: the `manager` label of its metrics
+	 * (kvp_metrics_write).  1 to KVP_NAME_MAX - 1 bytes of UTF-8 with
+	 * no control characters, copied; NULL = its id in decimal
+	 * (kvp_manager_id). */
+	const char *name;
 };
+
+/* Bytes of a manager's name, its terminating NUL included. */
+#define KVP_NAME_MAX 64
 
 /* Manager flags. */
 #define KVP_PREFIX_CACHE (1u << 0) /* hash -> block prefix cache */
@@ -494,6 +502,11 @@ struct kvp_stats {
 	uint64_t prefix_evictions; /* its cached blocks evicted by the pool */
 	uint64_t prefix_pinned;	   /* its cached blocks pinned now */
 	uint64_t retention_clock;  /* its retention clock (kvp_manager_tick) */
+	/* Full blocks kvp_seq_commit left uncached because another block
+	 * already caches their hash (the commit still succeeds). */
+	uint64_t prefix_uncached;
+	/* Events handed to the manager's event callback (0 without one). */
+	uint64_t events;
 };
 
 /*
@@ -508,6 +521,14 @@ KVP_API void kvp_manager_stats(struct kvp_manager *m, struct kvp_stats *st);
  * Errors: -EINVAL (NULL argument), -EIO (write error).
  */
 KVP_API int kvp_manager_dump(struct kvp_manager *m, FILE *f);
+
+/* The manager's process-unique id (0 for NULL): no two managers of a
+ * process share one, even after a destroy. */
+KVP_API uint64_t kvp_manager_id(const struct kvp_manager *m);
+
+/* The manager's name (kvp_manager_config.name, or its id in decimal); it
+ * lives as long as the manager.  NULL for NULL. */
+KVP_API const char *kvp_manager_name(const struct kvp_manager *m);
 
 /*
  * Checks, at quiescence, the pool (kvp_pool_check) and every manager of
@@ -951,6 +972,45 @@ KVP_API int kvp_seq_gather(struct kvp_manager *m, uint64_t seq, uint32_t layer,
 /* Bytes of one token's K (or V) row for one layer (0 for an ID-only or
  * NULL pool). */
 KVP_API size_t kvp_pool_row_bytes(const struct kvp_pool *pool);
+
+/* ------------------------------------------------------------------ */
+/* Metrics                                                             */
+/* ------------------------------------------------------------------ */
+
+/* kvp_metrics_write flags. */
+#define KVP_METRICS_PROMETHEUS (1u << 0) /* Prometheus text 0.0.4 */
+#define KVP_METRICS_NO_EOF (1u << 1)	 /* leave out the closing "# EOF" */
+
+/*
+ * Renders the counters and gauges of pool and of managers[0..n) as
+ * OpenMetrics 1.0 text (or, with KVP_METRICS_PROMETHEUS, the Prometheus
+ * text format 0.0.4), the way a Prometheus scrape reads them.  Every
+ * family has HELP and TYPE lines; pool families have no label, manager
+ * families a `manager` label (kvp_manager_name).  The OpenMetrics text
+ * ends with "# EOF" unless KVP_METRICS_NO_EOF asks to append more
+ * families first (libkvpool-events' kvp_pub_metrics_write).  Families,
+ * names and meanings are listed in kvpool(3).  Counters never decrease;
+ * gauges are recent values (exact at quiescence, when the pool's block
+ * states sum to its size).  Reading takes no lock that a block or
+ * sequence operation takes.  Errors: -EINVAL (NULL pool or f, NULL
+ * managers with n > 0, a NULL manager, a manager of another pool, one
+ * given twice or two with one name, an unknown flag), -ENOMEM, -EIO
+ * (write error).
+ */
+KVP_API int kvp_metrics_write(struct kvp_pool *pool,
+			      struct kvp_manager *const *managers, uint32_t n,
+			      uint32_t flags, FILE *f);
+
+/*
+ * As kvp_metrics_write, into buf[0..cap): the text's length in *len and a
+ * NUL after it.  Errors: as kvp_metrics_write without -EIO, NULL len or
+ * (with cap > 0) buf; -ENOSPC when cap <= the length, *len then saying
+ * the length (a later call may need more: counters grow).
+ */
+KVP_API int kvp_metrics_format(struct kvp_pool *pool,
+			       struct kvp_manager *const *managers,
+			       uint32_t n, uint32_t flags, char *buf,
+			       size_t cap, size_t *len);
 
 #ifdef __cplusplus
 }

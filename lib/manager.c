@@ -27,6 +27,20 @@
 /* Managers                                                            */
 /* ------------------------------------------------------------------ */
 
+/* A metrics label value: 1 to KVP_NAME_MAX - 1 bytes, no control
+ * characters (which a scrape would have to escape or could not carry). */
+static int validate_name(const char *name)
+{
+	size_t n = strnlen(name, KVP_NAME_MAX);
+
+	if (n == 0 || n == KVP_NAME_MAX)
+		return -EINVAL;
+	for (size_t i = 0; i < n; i++)
+		if ((unsigned char)name[i] < 0x20 || name[i] == 0x7f)
+			return -EINVAL;
+	return 0;
+}
+
 static int validate_manager_config(const struct kvp_manager_config *cfg)
 {
 	if (!cfg->pool)
@@ -42,7 +56,7 @@ static int validate_manager_config(const struct kvp_manager_config *cfg)
 		return -EINVAL;
 	if (cfg->max_pinned > cfg->pool->num_blocks)
 		return -EINVAL;
-	return 0;
+	return cfg->name ? validate_name(cfg->name) : 0;
 }
 
 KVP_API int kvp_manager_create(const struct kvp_manager_config *cfg,
@@ -68,6 +82,10 @@ KVP_API int kvp_manager_create(const struct kvp_manager_config *cfg,
 	}
 	pool = cfg->pool;
 	m->uid = kvp_next_uid();
+	if (cfg->name)
+		memcpy(m->name, cfg->name, strlen(cfg->name) + 1);
+	else
+		snprintf(m->name, sizeof(m->name), "%" PRIu64, m->uid);
 	seqmem_init(&m->mem);
 	m->pool = kvp_pool_ref(pool);
 	m->block_tokens = pool->block_tokens;
@@ -165,6 +183,23 @@ KVP_API void kvp_manager_stats(struct kvp_manager *m, struct kvp_stats *st)
 			   &st->prefix_evictions, &st->prefix_pinned,
 			   &st->retention_clock);
 	st->prefix_commits = STAT_OF(sum, prefix_commits);
+	st->prefix_uncached = STAT_OF(sum, prefix_uncached);
+	st->events = prefix_cache_events(&m->prefix);
+}
+
+KVP_API uint64_t kvp_manager_id(const struct kvp_manager *m)
+{
+	return m ? m->uid : 0;
+}
+
+KVP_API const char *kvp_manager_name(const struct kvp_manager *m)
+{
+	return m ? m->name : NULL;
+}
+
+struct kvp_pool *manager_pool(const struct kvp_manager *m)
+{
+	return m->pool;
 }
 
 KVP_API int kvp_manager_dump(struct kvp_manager *m, FILE *f)

@@ -29,6 +29,7 @@ struct kvp_manager {
 	enum kvp_policy policy;
 	float eviction_threshold, watermark;
 	uint32_t flags;
+	char name[KVP_NAME_MAX]; /* kvp_manager_name */
 	struct seqmap map;
 	/* Its place in the registry of managers (seqslab.c). */
 	struct seqslab seqs;
@@ -39,5 +40,8 @@ struct kvp_manager {
 	 * otherwise). */
 	struct prefix_cache prefix;
 };
+
+/* The pool m allocates from. */
+struct kvp_pool *manager_pool(const struct kvp_manager *m);
 
 #endif /* KVP_MANAGER_H */

@@ -36,12 +36,13 @@ struct mgr_shard {
 	_Atomic uint64_t blocks_allocated, blocks_released;
 	_Atomic uint64_t sequences, tokens; /* deltas, wrapping */
 	_Atomic uint64_t prefix_queries, prefix_hits, prefix_commits;
+	_Atomic uint64_t prefix_uncached;
 };
-/* The counters of a shard, creates first (mgr_stat_sum reads them as an
- * array). */
-#define STAT_FIELDS 13
+/* The counters of a shard, creates first, prefix_uncached last
+ * (mgr_stat_sum reads them as an array). */
+#define STAT_FIELDS 14
 _Static_assert(sizeof(struct mgr_shard) >= STAT_FIELDS * sizeof(uint64_t) &&
-		       offsetof(struct mgr_shard, prefix_commits) ==
+		       offsetof(struct mgr_shard, prefix_uncached) ==
 			       (STAT_FIELDS - 1) * sizeof(uint64_t),
 	       "struct mgr_shard: STAT_FIELDS consecutive counters");
 

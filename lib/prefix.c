@@ -1289,6 +1289,12 @@ void prefix_set_event_sink(struct prefix_cache *pc, kvp_event_cb cb,
 	pc->event_arg = cb ? arg : NULL;
 }
 
+uint64_t prefix_cache_events(struct prefix_cache *pc)
+{
+	/* Relaxed: statistics. */
+	return atomic_load_explicit(&pc->event_seq, memory_order_relaxed);
+}
+
 void prefix_cache_stats(struct prefix_cache *pc, uint64_t *cached,
 			uint64_t *evictions, uint64_t *pinned, uint64_t *clock)
 {
@@ -1704,7 +1710,7 @@ int prefix_store(struct prefix_cache *pc, uint32_t b, const struct kvp_hash *h,
 				tomb = i;
 		} else if (slot_tag_is(v, key) &&
 			   hash_is(pp, slot_block(v), w)) {
-			return 0; /* another block caches h: no merge */
+			return 2; /* another block caches h: no merge */
 		}
 		i = (i + 1) & t->mask;
 	}
@@ -1822,7 +1828,10 @@ void prefix_emit_event(struct prefix_cache *pc, struct kvp_event *ev)
 		ev->num_tokens = ev->nhashes * pc->block_tokens;
 	}
 	/* The event lock is held: seq numbers the calls in order. */
-	ev->seq = pc->event_seq++;
+	ev->seq = atomic_load_explicit(&pc->event_seq, memory_order_relaxed);
+	/* Relaxed: only the statistics read it outside the lock. */
+	atomic_store_explicit(&pc->event_seq, ev->seq + 1,
+			      memory_order_relaxed);
 	ev->medium = pc->event_medium[0] ? pc->event_medium : NULL;
 	pc->event_cb(ev, pc->event_arg);
 }

@@ -52,7 +52,9 @@ struct prefix_cache {
 	pthread_mutex_t event_lock; /* see prefix.c */
 	kvp_event_cb event_cb;	    /* set before concurrent use */
 	void *event_arg;
-	uint64_t event_seq;	    /* the next event's seq; event_lock */
+	/* The next event's seq, so the events reported: written under
+	 * event_lock, read relaxed by the statistics. */
+	_Atomic uint64_t event_seq;
 	char event_medium[16];	    /* set before concurrent use; "" none */
 	/* Cached blocks of this manager, and those evictions took.
 	 * Synchronization: written under store_lock, read relaxed. */
@@ -82,6 +84,8 @@ void prefix_cache_fini(struct prefix_cache *pc);
 /* Where pc reports its events (cb NULL: nowhere); before concurrent use. */
 void prefix_set_event_sink(struct prefix_cache *pc, kvp_event_cb cb,
 			   void *arg);
+/* Events pc handed to its sink (a relaxed read). */
+uint64_t prefix_cache_events(struct prefix_cache *pc);
 /* Cached blocks of pc, how many evictions took, how many are pinned,
  * its retention clock (relaxed reads). */
 void prefix_cache_stats(struct prefix_cache *pc, uint64_t *cached,
@@ -108,8 +112,8 @@ void prefix_unhit(struct kvp_pool *pool, const uint32_t *blocks, uint32_t n);
  * block b (held by the caller, full) under hash h, whose key
  * prefix_store_prepare(pc, b, h) returned (asking for the lines the store
  * will write: call it some blocks ahead).  prefix_store returns 1 if
- * stored, 0 if b is already cached or another block caches h, or -ENOMEM
- * (nothing changed).
+ * stored, 0 if b is already cached, 2 if another block caches h (b stays
+ * uncached), or -ENOMEM (nothing changed).
  */
 void prefix_store_begin(struct prefix_cache *pc);
 void prefix_store_end(struct prefix_cache *pc);

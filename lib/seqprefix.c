@@ -139,6 +139,7 @@ struct commit {
 	uint64_t retain, until; /* block i's retention word, valid to until */
 	uint32_t refused;	/* pins the cap refused */
 	uint32_t added;		/* blocks this commit stored */
+	uint32_t uncached;	/* blocks whose hash another block caches */
 };
 
 /* The retention word of block i, from the last one while still valid. */
@@ -205,7 +206,9 @@ static uint32_t commit_store(struct commit *c, uint32_t from, uint32_t upto,
 			c->added++;
 			continue;
 		}
-		if (r == 0 && retain)
+		if (r == 2)
+			c->uncached++;
+		if (r >= 0 && retain)
 			prefix_raise(pc, btable_get(c->table, i), retain,
 				     &c->refused);
 		if (i > run)
@@ -263,6 +266,8 @@ static int seq_commit(struct kvp_manager *m, uint64_t id,
 	seq_unlock(s);
 	if (c.added)
 		stat_add(m, prefix_commits, c.added);
+	if (c.uncached)
+		stat_add(m, prefix_uncached, c.uncached);
 	if (unpinned)
 		*unpinned = c.refused;
 	return err ? err : (int)c.added;

@@ -35,6 +35,7 @@ HASH_ALGOS = {
 ADMIT_OK, ADMIT_LATER, ADMIT_NEVER = 0, 1, 2
 _EVENT_TYPES = {0: "stored", 1: "removed", 2: "cleared"}
 POOL_ZERO, POOL_NOCACHE, PREFIX_CACHE = 1, 2, 1
+METRICS_PROMETHEUS, METRICS_NO_EOF = 1, 2
 
 #: A copy-on-write copy the engine must perform: the first `tokens` token
 #: slots of block src into block dst.
@@ -90,6 +91,8 @@ class Stats:
     prefix_evictions: int
     prefix_pinned: int
     retention_clock: int
+    prefix_uncached: int
+    events: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -390,6 +393,30 @@ class Pool:
         """Checks the pool's invariants (quiescence required)."""
         _check(lib.kvp_pool_check(self._p), "pool check")
 
+    def metrics(self, managers=(), prometheus=False, eof=True):
+        """The pool's and the managers' counters and gauges as OpenMetrics
+        text (kvp_metrics_write), or the Prometheus text format 0.0.4 with
+        prometheus=True; eof=False leaves out the closing "# EOF"."""
+        mgrs = list(managers)
+        arr = ffi.new("struct kvp_manager *[]", max(len(mgrs), 1))
+        for i, m in enumerate(mgrs):
+            if not isinstance(m, Manager):
+                raise InvalidArgument(22, "metrics: %r is not a Manager"
+                                      % (m,))
+            arr[i] = m._m
+        flags = (METRICS_PROMETHEUS if prometheus else 0) | \
+            (0 if eof else METRICS_NO_EOF)
+        n = ffi.new("size_t *")
+        cap = 16384
+        while True:
+            buf = ffi.new("char[]", cap)
+            rc = lib.kvp_metrics_format(self._p, arr, len(mgrs), flags, buf,
+                                        cap, n)
+            if rc != -_errno.ENOSPC:
+                _check(rc, "metrics")
+                return ffi.string(buf, n[0]).decode("utf-8")
+            cap = n[0] + 4096  # counters may have grown meanwhile
+
 
 class Manager:
     """Sequences of one model over a Pool (kvp_manager).
@@ -413,7 +440,8 @@ class Manager:
             return self._lost
 
     def __init__(self, pool, policy="lru", eviction_threshold=0.0,
-                 watermark=0.0, prefix_cache=False, max_pinned=0):
+                 watermark=0.0, prefix_cache=False, max_pinned=0,
+                 name=None):
         cfg = ffi.new("struct kvp_manager_config *")
         cfg.pool = pool._p
         try:
@@ -424,6 +452,11 @@ class Manager:
         cfg.eviction_threshold, cfg.watermark = eviction_threshold, watermark
         cfg.flags = PREFIX_CACHE if prefix_cache else 0
         cfg.max_pinned = max_pinned
+        if name is not None:
+            if not isinstance(name, str):
+                raise InvalidArgument(22, "name must be a str")
+            cname = ffi.new("char[]", name.encode("utf-8"))
+            cfg.name = cname
         out = ffi.new("struct kvp_manager **")
         _check(lib.kvp_manager_create(cfg, out), "Manager")
         self._m = out[0]
@@ -622,6 +655,16 @@ class Manager:
         st = ffi.new("struct kvp_stats *")
         lib.kvp_manager_stats(self._m, st)
         return _fill(Stats, st)
+
+    @property
+    def id(self):
+        """The manager's process-unique id."""
+        return lib.kvp_manager_id(self._m)
+
+    @property
+    def name(self):
+        """The manager's name: the `manager` label of its metrics."""
+        return ffi.string(lib.kvp_manager_name(self._m)).decode("utf-8")
 
     def check(self):
         """Checks the pool's and its managers' invariants (quiescence)."""

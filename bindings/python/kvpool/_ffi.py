@@ -46,6 +46,7 @@ struct kvp_manager_config {
     float eviction_threshold, watermark;
     uint32_t flags;
     uint32_t max_pinned;
+    const char *name;
 };
 struct kvp_manager;
 int kvp_manager_create(const struct kvp_manager_config *cfg,
@@ -86,8 +87,14 @@ struct kvp_stats {
     double prefix_hit_rate;
     uint64_t prefix_cached_blocks, prefix_commits, prefix_evictions;
     uint64_t prefix_pinned, retention_clock;
+    uint64_t prefix_uncached, events;
 };
 void kvp_manager_stats(struct kvp_manager *m, struct kvp_stats *st);
+uint64_t kvp_manager_id(const struct kvp_manager *m);
+const char *kvp_manager_name(const struct kvp_manager *m);
+int kvp_metrics_format(struct kvp_pool *pool,
+                       struct kvp_manager *const *managers, uint32_t n,
+                       uint32_t flags, char *buf, size_t cap, size_t *len);
 int kvp_manager_check(struct kvp_manager *m);
 
 int kvp_export_block_table(struct kvp_manager *m, const uint64_t *seqs,

@@ -61,6 +61,7 @@ pub mod sys {
         pub watermark: f32,
         pub flags: u32,
         pub max_pinned: u32,
+        pub name: *const c_char,
     }
     #[repr(C)]
     pub struct kvp_hash_keys {
@@ -142,6 +143,17 @@ pub mod sys {
             n: *mut u32,
         ) -> c_int;
         pub fn kvp_manager_stats(m: *mut kvp_manager, st: *mut Stats);
+        pub fn kvp_manager_id(m: *const kvp_manager) -> u64;
+        pub fn kvp_manager_name(m: *const kvp_manager) -> *const c_char;
+        pub fn kvp_metrics_format(
+            pool: *mut kvp_pool,
+            managers: *const *mut kvp_manager,
+            n: u32,
+            flags: u32,
+            buf: *mut c_char,
+            cap: usize,
+            len: *mut usize,
+        ) -> c_int;
         pub fn kvp_manager_check(m: *mut kvp_manager) -> c_int;
         pub fn kvp_export_block_table(
             m: *mut kvp_manager,
@@ -570,6 +582,38 @@ impl Pool {
         unsafe { sys::kvp_pool_row_bytes(self.as_ptr()) }
     }
 
+    /// The pool's and the managers' counters and gauges as OpenMetrics
+    /// text (`kvp_metrics_write`), or the Prometheus text format 0.0.4
+    /// with `prometheus`.
+    pub fn metrics(&self, managers: &[&Manager], prometheus: bool) -> Result<String> {
+        let ptrs: Vec<*mut sys::kvp_manager> = managers.iter().map(|m| m.as_ptr()).collect();
+        let n = len32(ptrs.len())?;
+        let mut cap = 16384usize;
+        loop {
+            let mut buf = vec![0u8; cap];
+            let mut len = 0usize;
+            // SAFETY: ptrs holds n live managers; buf has cap bytes.
+            let rc = unsafe {
+                sys::kvp_metrics_format(
+                    self.as_ptr(),
+                    ptrs.as_ptr(),
+                    n,
+                    prometheus as u32,
+                    buf.as_mut_ptr() as *mut c_char,
+                    cap,
+                    &mut len,
+                )
+            };
+            if rc == -ENOSPC {
+                cap = len + 4096; // counters may have grown meanwhile
+                continue;
+            }
+            check(rc)?;
+            buf.truncate(len);
+            return String::from_utf8(buf).map_err(|_| Error::invalid());
+        }
+    }
+
     pub fn stats(&self) -> PoolStats {
         let mut st = PoolStats::default();
         // SAFETY: st is a valid struct kvp_pool_stats.
@@ -764,7 +808,7 @@ pub enum Policy {
 }
 
 /// Manager parameters (`struct kvp_manager_config`).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct ManagerConfig {
     pub policy: Policy,
     /// 0 = the default 0.9.
@@ -774,6 +818,8 @@ pub struct ManagerConfig {
     pub prefix_cache: bool,
     /// Blocks pinned (RETAIN_PIN) at most; 0 = a quarter of the pool.
     pub max_pinned: u32,
+    /// The `manager` label of its metrics; None = its id.
+    pub name: Option<String>,
 }
 
 impl Default for ManagerConfig {
@@ -784,6 +830,7 @@ impl Default for ManagerConfig {
             watermark: 0.0,
             prefix_cache: false,
             max_pinned: 0,
+            name: None,
         }
     }
 }
@@ -852,6 +899,10 @@ pub struct Stats {
     pub prefix_evictions: u64,
     pub prefix_pinned: u64,
     pub retention_clock: u64,
+    /// Full blocks a commit left uncached (another block caches the hash).
+    pub prefix_uncached: u64,
+    /// Events handed to the manager's event callback.
+    pub events: u64,
 }
 
 /// kvp_admit's answer.
@@ -943,6 +994,10 @@ unsafe extern "C" fn event_trampoline(ev: *const sys::kvp_event, arg: *mut c_voi
 impl Manager {
     /// Creates a manager over pool (it takes its own pool reference).
     pub fn new(pool: &Pool, cfg: &ManagerConfig) -> Result<Manager> {
+        let name = match &cfg.name {
+            Some(n) => Some(CString::new(n.as_str()).map_err(|_| Error::invalid())?),
+            None => None,
+        };
         let c = sys::kvp_manager_config {
             pool: pool.as_ptr(),
             policy: cfg.policy as c_int,
@@ -950,6 +1005,7 @@ impl Manager {
             watermark: cfg.watermark,
             flags: cfg.prefix_cache as u32,
             max_pinned: cfg.max_pinned,
+            name: name.as_ref().map_or(ptr::null(), |n| n.as_ptr()),
         };
         let mut out = ptr::null_mut();
         // SAFETY: c and out are valid for the call.
@@ -1157,6 +1213,21 @@ impl Manager {
         // SAFETY: st is a valid struct kvp_stats.
         unsafe { sys::kvp_manager_stats(self.as_ptr(), &mut st) };
         st
+    }
+
+    /// The manager's process-unique id.
+    pub fn id(&self) -> u64 {
+        // SAFETY: plain call on a live manager.
+        unsafe { sys::kvp_manager_id(self.as_ptr()) }
+    }
+
+    /// The manager's name: the `manager` label of its metrics.
+    pub fn name(&self) -> String {
+        // SAFETY: the name is a NUL-terminated string that lives as long
+        // as the manager.
+        unsafe { CStr::from_ptr(sys::kvp_manager_name(self.as_ptr())) }
+            .to_string_lossy()
+            .into_owned()
     }
 
     /// Checks the invariants of the pool and its managers (the caller
@@ -1414,9 +1485,9 @@ mod tests {
     #[test]
     fn struct_sizes_match_c() {
         assert_eq!(std::mem::size_of::<PoolStats>(), 8 * 7 + 4 * 2 + 8 * 2);
-        assert_eq!(std::mem::size_of::<Stats>(), 8 * 21);
+        assert_eq!(std::mem::size_of::<Stats>(), 8 * 23);
         assert_eq!(std::mem::size_of::<Retention>(), 24);
-        assert_eq!(std::mem::size_of::<sys::kvp_manager_config>(), 32);
+        assert_eq!(std::mem::size_of::<sys::kvp_manager_config>(), 40);
         assert_eq!(std::mem::size_of::<SeqInfo>(), 32);
         assert_eq!(std::mem::size_of::<BlockHash>(), 32);
     }

@@ -490,3 +490,40 @@ fn threads_share_a_manager() {
     );
     m.check().unwrap();
 }
+
+/// The metrics text names the manager and agrees with its stats.
+#[test]
+fn metrics_text() {
+    let pool = Pool::new(&PoolConfig::new(64, 16)).unwrap();
+    let m = Manager::new(
+        &pool,
+        &ManagerConfig {
+            prefix_cache: true,
+            name: Some("rust \"m\"".to_string()),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let anon = Manager::new(&pool, &ManagerConfig::default()).unwrap();
+    assert_eq!(m.name(), "rust \"m\"");
+    assert_eq!(anon.name(), anon.id().to_string());
+    m.create(1, 40).unwrap();
+    m.fork(1, 2).unwrap();
+    let om = pool.metrics(&[&m, &anon], false).unwrap();
+    assert!(om.ends_with("# EOF\n"));
+    assert!(om.contains("# TYPE kvpool_sequence_forks counter\n"));
+    assert!(om.contains("kvpool_sequence_forks_total{manager=\"rust \\\"m\\\"\"} 1\n"));
+    assert!(om.contains(&format!("kvpool_sequences_running{{manager=\"{}\"}} 0\n", anon.id())));
+    let prom = pool.metrics(&[&m], true).unwrap();
+    assert!(prom.contains("# TYPE kvpool_sequence_forks_total counter\n"));
+    assert!(!prom.contains("# EOF"));
+    assert_eq!(pool.metrics(&[&m, &m], false).unwrap_err().errno(), 22);
+    assert!(Manager::new(
+        &pool,
+        &ManagerConfig {
+            name: Some(String::new()),
+            ..Default::default()
+        }
+    )
+    .is_err());
+}

@@ -1,0 +1,13 @@
+#!/bin/sh
+# make check: the metrics text (kvp_metrics_write through Pool.metrics)
+# parsed by prometheus_client's own parsers in both formats, checked
+# against a golden list of families and against the stats, scraped while
+# threads churn (counters never decrease), and the Collector registered in
+# a registry.
+. "${top_srcdir:-.}/bindings/python/pyenv.sh"
+if ! py -c "import prometheus_client" 2>/dev/null; then
+	echo "SKIP: metrics: $py cannot import prometheus_client" \
+		"(python3-prometheus-client)"
+	exit 77
+fi
+py "$s/bindings/python/tests/test_metrics.py"

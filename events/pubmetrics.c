@@ -1,0 +1,96 @@
+/*
+ * pubmetrics.c - libkvpool-events: a publisher's counters as OpenMetrics
+ * or Prometheus text (kvp_pub_metrics_write), through the text writer of
+ * lib/mtext.c, which this library compiles in (hidden) so that it needs
+ * nothing of libkvpool but its public API.
+ *
+ * It reads kvp_pub_stats: relaxed loads, no lock a producer takes.
+ */
+#include <errno.h>
+
+#include "../lib/mtext.h"
+
+#include "kvpool-events.h"
+
+static const struct mtext_family f_published = {
+	"kvpool_events_published", MTEXT_COUNTER, NULL,
+	"Events the publisher took into its stream (kvp_pub_event_cb)."};
+static const struct mtext_family f_dropped = {
+	"kvpool_events_dropped", MTEXT_COUNTER, NULL,
+	"Events dropped: a producer's buffer was full, or the event too "
+	"big."};
+static const struct mtext_family f_batches = {
+	"kvpool_events_batches", MTEXT_COUNTER, NULL,
+	"Event batches sent on the PUB socket."};
+static const struct mtext_family f_threads = {
+	"kvpool_events_producer_threads", MTEXT_GAUGE, NULL,
+	"Producer threads the publisher has seen."};
+static const struct mtext_family f_served = {
+	"kvpool_events_replays_served", MTEXT_COUNTER, NULL,
+	"Replay requests answered (their end sent)."};
+static const struct mtext_family f_cut = {
+	"kvpool_events_replays_cut", MTEXT_COUNTER, NULL,
+	"Of the replays answered, those cut short (the client was too slow "
+	"or asked for batches the ring no longer holds)."};
+static const struct mtext_family f_ignored = {
+	"kvpool_events_replays_ignored", MTEXT_COUNTER, NULL,
+	"Replay requests ignored: malformed, or the client's previous replay "
+	"still ran."};
+static const struct mtext_family f_ring_batches = {
+	"kvpool_events_replay_ring_batches", MTEXT_GAUGE, NULL,
+	"Batches the replay ring holds."};
+static const struct mtext_family f_ring_bytes = {
+	"kvpool_events_replay_ring_bytes", MTEXT_GAUGE, "bytes",
+	"Bytes of the batches the replay ring holds."};
+
+static void one(struct mtext *mt, const struct mtext_family *f, uint64_t v)
+{
+	mtext_family(mt, f);
+	mtext_sample(mt, f, NULL, 0, v);
+}
+
+static int render(struct kvp_pub *pub, uint32_t flags, struct mtext *mt)
+{
+	struct kvp_pub_stats st;
+
+	if (!pub || (flags & ~(KVP_METRICS_PROMETHEUS | KVP_METRICS_NO_EOF)))
+		return -EINVAL;
+	kvp_pub_stats(pub, &st);
+	mtext_init(mt, !(flags & KVP_METRICS_PROMETHEUS));
+	one(mt, &f_published, st.events - st.dropped);
+	one(mt, &f_dropped, st.dropped);
+	one(mt, &f_batches, st.batches);
+	one(mt, &f_threads, st.threads);
+	one(mt, &f_served, st.replay_requests);
+	one(mt, &f_cut, st.replays_cut);
+	one(mt, &f_ignored, st.replay_ignored);
+	one(mt, &f_ring_batches, st.ring_batches);
+	one(mt, &f_ring_bytes, st.ring_bytes);
+	if (!(flags & KVP_METRICS_NO_EOF))
+		mtext_eof(mt);
+	return 0;
+}
+
+KVPE_API int kvp_pub_metrics_write(struct kvp_pub *pub, uint32_t flags,
+				   FILE *f)
+{
+	struct mtext mt;
+	int err;
+
+	if (!f)
+		return -EINVAL;
+	err = render(pub, flags, &mt);
+	return err ? err : mtext_finish(&mt, NULL, 0, NULL, f);
+}
+
+KVPE_API int kvp_pub_metrics_format(struct kvp_pub *pub, uint32_t flags,
+				    char *buf, size_t cap, size_t *len)
+{
+	struct mtext mt;
+	int err;
+
+	if (!len || (!buf && cap))
+		return -EINVAL;
+	err = render(pub, flags, &mt);
+	return err ? err : mtext_finish(&mt, buf, cap, len, NULL);
+}
