@@ -4,7 +4,9 @@
  * manager.c and mtext.c).
  *
  * Owns the metric families: their names, types, help and where each
- * value comes from.  It reads only what kvp_pool_stats and
+ * value comes from.  A counter is one whose every source only grows (the
+ * pool's allocs and frees are derived from counts that a revival undone
+ * takes back, so they are not exported: a scrape could see them fall).  It reads only what kvp_pool_stats and
  * kvp_manager_stats read (per-thread counters summed, relaxed loads), so a
  * scrape costs the hot paths nothing and takes none of their locks.
  * Names follow vLLM's where it has one (prefix_cache_queries/hits in
@@ -45,12 +47,6 @@ static const struct mtext_family f_peak = {
 static const struct mtext_family f_threads = {
 	"kvpool_pool_thread_caches", MTEXT_GAUGE, NULL,
 	"Thread caches attached to the pool."};
-static const struct mtext_family f_allocs = {
-	"kvpool_pool_block_allocs", MTEXT_COUNTER, NULL,
-	"Blocks handed out, cached blocks revived included."};
-static const struct mtext_family f_frees = {
-	"kvpool_pool_block_frees", MTEXT_COUNTER, NULL,
-	"Blocks whose last reference was dropped."};
 static const struct mtext_family f_reclaims = {
 	"kvpool_pool_cache_evictions", MTEXT_COUNTER, NULL,
 	"Cached blocks that allocations reclaimed (evicted from the prefix "
@@ -154,10 +150,6 @@ static void render_pool(struct mtext *mt, struct kvp_pool *pool)
 	mtext_sample(mt, &f_peak, NULL, 0, st.peak_used);
 	mtext_family(mt, &f_threads);
 	mtext_sample(mt, &f_threads, NULL, 0, st.threads);
-	mtext_family(mt, &f_allocs);
-	mtext_sample(mt, &f_allocs, NULL, 0, st.allocs);
-	mtext_family(mt, &f_frees);
-	mtext_sample(mt, &f_frees, NULL, 0, st.frees);
 	mtext_family(mt, &f_reclaims);
 	mtext_sample(mt, &f_reclaims, NULL, 0, st.cache_evictions);
 }

@@ -3,7 +3,7 @@
  *
  * usage: stress_prefix THREADS SECONDS [--blocks N] [--prefixes K]
  *                      [--managers 1|2] [--reset 0|1] [--full 0|1]
- *                      [--retain 0|1] [--seed S]
+ *                      [--retain 0|1] [--scrape 0|1] [--seed S]
  *
  * Two managers (or one) with KVP_PREFIX_CACHE share a data-owning pool
  * small enough (--blocks, default 96, 4 tokens per block) that cached
@@ -45,6 +45,9 @@
  *    STORED, and CLEARED forgets everything (a model of what a router
  *    would believe, kept with relaxed atomics so that it adds no
  *    happens-before edges that could hide a race from TSan).
+ * With --scrape 1 a thread scrapes the metrics during the run (scrape.h:
+ * well-formed text, counters that never decrease; at the end, block
+ * states that sum to the pool's size).
  * At the end: every request freed, free == total (evictable included),
  * kvp_manager_check and kvp_pool_check clean, the model's cached hashes
  * per manager equal prefix_cached_blocks; then one allocation of the
@@ -66,6 +69,7 @@
 
 #define STRESS_PROG "stress_prefix"
 #include "stress_common.h"
+#include "scrape.h"
 
 #define BT 4		    /* tokens per block */
 #define PREFIX_TOKENS 32    /* each fixed prefix stream */
@@ -78,7 +82,8 @@
 
 static struct kvp_pool *pool;
 static struct kvp_manager *mgr[2];
-static int nmgr = 2, do_reset = 1, full_mode, retain_mode;
+static int nmgr = 2, do_reset = 1, full_mode, retain_mode, scrape_mode;
+static struct scraper scraper;
 static uint32_t num_blocks = 96, nprefix = 4;
 static uint32_t suffix_tok[NSUFFIX][SUFFIX_TOKENS];
 static _Atomic int stop;
@@ -677,7 +682,8 @@ int main(int argc, char **argv)
 	if (argc < 3) {
 		fprintf(stderr, "usage: %s THREADS SECONDS [--blocks N] "
 				"[--prefixes K] [--managers 1|2] [--reset 0|1] "
-				"[--full 0|1] [--retain 0|1] [--seed S]\n",
+				"[--full 0|1] [--retain 0|1] [--scrape 0|1] "
+				"[--seed S]\n",
 			argv[0]);
 		return 2;
 	}
@@ -696,6 +702,8 @@ int main(int argc, char **argv)
 			full_mode = atoi(argv[i + 1]);
 		else if (!strcmp(argv[i], "--retain"))
 			retain_mode = atoi(argv[i + 1]);
+		else if (!strcmp(argv[i], "--scrape"))
+			scrape_mode = atoi(argv[i + 1]);
 		else if (!strcmp(argv[i], "--seed"))
 			seed = strtoull(argv[i + 1], NULL, 0);
 		else {
@@ -760,6 +768,8 @@ int main(int argc, char **argv)
 		if (pthread_create(&w[i].tid, NULL, worker_main, &w[i]))
 			fail("pthread_create\n");
 	}
+	if (scrape_mode)
+		scrape_start(&scraper, pool, mgr, (uint32_t)nmgr);
 	if (do_reset && pthread_create(&reset_tid, NULL, resetter_main,
 				       (void *)(uintptr_t)(seed * 31u + 1)))
 		fail("pthread_create\n");
@@ -775,6 +785,8 @@ int main(int argc, char **argv)
 		pthread_join(w[i].tid, NULL);
 	if (do_reset)
 		pthread_join(reset_tid, NULL);
+	if (scrape_mode)
+		scrape_stop(&scraper);
 
 	memset(&sum, 0, sizeof(sum));
 	for (int i = 0; i < nthreads; i++) {
@@ -787,6 +799,8 @@ int main(int argc, char **argv)
 
 	/* Every request is freed: the pool is all free, evictable included. */
 	check_all("after the run");
+	if (scrape_mode)
+		scrape_check_quiet(&scraper);
 	kvp_pool_stats(pool, &st);
 	if (st.free != st.total)
 		fail("free %llu != total %llu at the end\n",

@@ -16,6 +16,9 @@ b=${top_builddir:-.}
 "$b/stress/stress_churn" 2000 8
 "$b/stress/stress_prefix" 3 2
 "$b/stress/stress_prefix" 3 2 --blocks 1024 --prefixes 32
+# Metrics scraped while 4 threads churn: well formed, counters never go
+# down, block states sum to the pool's size at quiescence.
+"$b/stress/stress_prefix" 4 2 --scrape 1
 # A pool full of cached blocks: the fill takes most of a short run under
 # TSan, so the run is long enough and the pool small enough for the
 # eviction share the program requires.

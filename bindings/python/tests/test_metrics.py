@@ -36,8 +36,6 @@ GOLDEN = {
     "kvpool_kv_cache_usage_ratio": ("gauge", "ratio", POOL),
     "kvpool_pool_peak_used_blocks": ("gauge", "blocks", POOL),
     "kvpool_pool_thread_caches": ("gauge", "", POOL),
-    "kvpool_pool_block_allocs": ("counter", "", POOL),
-    "kvpool_pool_block_frees": ("counter", "", POOL),
     "kvpool_pool_cache_evictions": ("counter", "", POOL),
     "kvpool_sequences_running": ("gauge", "", MGR),
     "kvpool_sequence_tokens": ("gauge", "tokens", MGR),
