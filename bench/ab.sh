@@ -1,22 +1,30 @@
 #!/bin/bash
 # bench/ab.sh - A/B throughput of two revisions, both builds interleaved in
-# one run: issue 24's "no regression beyond 5%" check.
+# one run: the "no regression beyond P%" check.
 #
-# usage: bench/ab.sh [-n N] [-t TRACE] [-o DIR] [A [B]]
+# usage: bench/ab.sh [-n N] [-s SET] [-p P] [-t TRACE] [-o DIR] [A [B]]
 #
 #   A, B      git revisions (default: the merge base of main and HEAD, and
 #             HEAD).  Each is exported with `git archive` into DIR/src-<hash>
 #             and built out of tree in DIR/build-<hash> (reused by later
 #             runs when its build completed; committed sources only, so the
 #             working tree's edits are not measured).
-#   -n N      rounds (default 3).  Each round runs A then B:
+#   -n N      rounds (default 3).  Each round runs A then B, the measures
+#             of SET:
 #               sim T=1, sim T=2  `kvpool sim --trace TRACE --blocks 50000
 #                                 --threads T --reps 1 --json`: the replay's
 #                                 block operations per second;
 #               evict/...         `bench_evict --threads 1,2 --reps 3
 #                                 --seconds 0.3`: requests per second of each
 #                                 kvpool workload and thread count (about
-#                                 10 s; the mutex peer's rows are left out).
+#                                 10 s; the mutex peer's rows are left out);
+#               pool/..., seq/... `bench_pool` / `bench_seq --threads 1,2
+#                                 --reps 3 --seconds 0.2`: kvpool's
+#                                 operations per second, each workload and
+#                                 thread count (the peers' rows left out).
+#   -s SET    comma-separated subset of sim,evict,pool,seq (default
+#             sim,evict).
+#   -p P      the regression threshold in percent (default 5).
 #   -t TRACE  the conversation trace (default ../shared/traces/
 #             conversation_trace.jsonl from the repository's top); when it
 #             is absent the sim part is skipped, with one line saying so.
@@ -25,8 +33,8 @@
 # Prints, per measure, the median over rounds of A and of B, each side's
 # spread ((max - min) / median over its rounds: the noise to read the ratio
 # against) and B/A (every measure is a throughput: higher is better), then
-# the verdict line "no regression beyond 5%: PASS" (every B/A >= 0.95) or
-# FAIL with the measures below.  Exit status: 0 PASS, 1 FAIL, 2 a usage or
+# the verdict line "no regression beyond P%: PASS" (every B/A >= 1 - P/100)
+# or FAIL with the measures below.  Exit status: 0 PASS, 1 FAIL, 2 a usage or
 # build error.
 set -eu
 
@@ -36,18 +44,22 @@ die() {
 }
 
 rounds=3
+set_=sim,evict
+pct=5
 trace=
 out=/tmp/kvpool-ab
-while getopts n:t:o:h opt; do
+while getopts n:s:p:t:o:h opt; do
 	case $opt in
 	n) rounds=$OPTARG ;;
+	s) set_=$OPTARG ;;
+	p) pct=$OPTARG ;;
 	t) trace=$OPTARG ;;
 	o) out=$OPTARG ;;
 	h)
 		sed -n '2,/^set -eu/p' "$0" | sed '$d; s/^# \{0,1\}//'
 		exit 0
 		;;
-	*) die "usage: bench/ab.sh [-n N] [-t TRACE] [-o DIR] [A [B]]" ;;
+	*) die "usage: bench/ab.sh [-n N] [-s SET] [-p P] [-t TRACE] [-o DIR] [A [B]]" ;;
 	esac
 done
 shift $((OPTIND - 1))
@@ -55,6 +67,16 @@ shift $((OPTIND - 1))
 case $rounds in
 '' | *[!0-9]* | 0) die "-n: expected a positive integer, got '$rounds'" ;;
 esac
+case $pct in
+'' | *[!0-9]*) die "-p: expected a whole percentage, got '$pct'" ;;
+esac
+for m in ${set_//,/ }; do
+	case $m in
+	sim | evict | pool | seq) ;;
+	*) die "-s: unknown measure '$m' (sim, evict, pool, seq)" ;;
+	esac
+done
+want() { case ",$set_," in *",$1,"*) return 0 ;; esac; return 1; }
 
 top=$(git rev-parse --show-toplevel 2>/dev/null) ||
 	die "not inside a git repository"
@@ -91,7 +113,8 @@ build() {
 		git archive --format=tar "$h" | tar -x -C "$src" &&
 			(cd "$src" && autoreconf -fi) &&
 			(cd "$bld" && "$src/configure") &&
-			make -C "$bld" -j2 tools/kvpool bench/bench_evict
+			make -C "$bld" -j2 tools/kvpool bench/bench_evict \
+				bench/bench_pool bench/bench_seq
 	} >"$log" 2>&1; then
 		tail -n 20 "$log" >&2
 		die "building ${h:0:12} failed: see $log"
@@ -104,7 +127,9 @@ bld_a=$(build "$hash_a")
 bld_b=$(build "$hash_b")
 
 sim=yes
-if [ ! -r "$trace" ]; then
+if ! want sim; then
+	sim=no
+elif [ ! -r "$trace" ]; then
 	echo "ab.sh: no trace at $trace: the sim part is skipped"
 	sim=no
 else
@@ -134,13 +159,25 @@ measure() {
 			echo "$side sim-T$t-blockops/s $v" >>"$results"
 		done
 	fi
-	"$bld/bench/bench_evict" --threads 1,2 --reps 3 --seconds 0.3 \
-		--csv "$results.csv" >>"$log" 2>&1 ||
-		die "$side: bench_evict failed (see $log)"
-	# workload,threads,requests_per_s,ns_per_block_thread
-	awk -F, -v side="$side" 'NR > 1 && $1 != "mutex" {
-		printf "%s evict/%s/T%s-req/s %s\n", side, $1, $2, $3
-	}' "$results.csv" >>"$results"
+	if want evict; then
+		"$bld/bench/bench_evict" --threads 1,2 --reps 3 --seconds 0.3 \
+			--csv "$results.csv" >>"$log" 2>&1 ||
+			die "$side: bench_evict failed (see $log)"
+		# workload,threads,requests_per_s,ns_per_block_thread
+		awk -F, -v side="$side" 'NR > 1 && $1 != "mutex" {
+			printf "%s evict/%s/T%s-req/s %s\n", side, $1, $2, $3
+		}' "$results.csv" >>"$results"
+	fi
+	for b in pool seq; do
+		want $b || continue
+		"$bld/bench/bench_$b" --threads 1,2 --reps 3 --seconds 0.2 \
+			--csv "$results.csv" >>"$log" 2>&1 ||
+			die "$side: bench_$b failed (see $log)"
+		# workload,peer,threads,rep_median_mops,ns_per_...
+		awk -F, -v side="$side" -v b=$b 'NR > 1 && $2 == "kvpool" {
+			printf "%s %s/%s/T%s-Mops/s %s\n", side, b, $1, $3, $4
+		}' "$results.csv" >>"$results"
+	done
 }
 
 echo "ab.sh: A = ${hash_a:0:12} ($rev_a), B = ${hash_b:0:12} ($rev_b)," \
@@ -152,7 +189,7 @@ for ((r = 1; r <= rounds; r++)); do
 	echo "ab.sh: round $r of $rounds done" >&2
 done
 
-awk -v n="$rounds" '
+awk -v n="$rounds" -v pct="$pct" '
 # median(key) also sets lo and hi, the smallest and largest value.
 function median(key,    m, i, j, t, v) {
 	m = cnt[key]
@@ -190,14 +227,14 @@ END {
 		sb = spread(b)
 		ratio = a > 0 ? b / a : 0
 		printf "%-30s %12.0f %5.0f%% %12.0f %5.0f%% %7.3f%s\n", m, a,
-			sa, b, sb, ratio, ratio < 0.95 ? "  <" : ""
-		if (ratio < 0.95)
+			sa, b, sb, ratio, ratio < 1 - pct / 100 ? "  <" : ""
+		if (ratio < 1 - pct / 100)
 			fail = fail " " m
 	}
 	if (fail == "") {
-		print "no regression beyond 5%: PASS"
+		print "no regression beyond " pct "%: PASS"
 	} else {
-		print "no regression beyond 5%: FAIL (" substr(fail, 2) ")"
+		print "no regression beyond " pct "%: FAIL (" substr(fail, 2) ")"
 		exit 1
 	}
 }' "$results"
