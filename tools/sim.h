@@ -100,7 +100,7 @@ struct sim_result {
 	/* --retain-system (kvpool only; tokens 0 without): see sim.c. */
 	uint32_t retain_tokens, retain_prio;
 	uint64_t retain_steps, retained_evicted;
-	struct kvp_stats st; /* summed over the managers */
+	struct kvp_stats st; /* kvp_stats_add over the managers */
 	double util_peak, util_mean;
 	struct hist lat[NUM_OPS];
 };

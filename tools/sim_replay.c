@@ -2,8 +2,8 @@
  * sim_replay.c - one replay of `kvpool sim`: the pool and the managers of
  * a peer (kvpool's, with the --retain-system event count, or the mutex
  * peer's), the run itself (sim_sched.c's threads), the managers'
- * statistics, the checks of the quiescent state after it, and the
- * teardown.
+ * statistics totalled with kvp_stats_add, the checks of the quiescent
+ * state after it, and the teardown.
  *
  * Owns struct run (sim_run.h): set up here before the threads start, read
  * here after they are joined.
@@ -247,25 +247,8 @@ static void collect_stats(struct run *r, struct sim_result *res)
 			kvp_manager_stats(r->kmgr[m], &st);
 		else
 			mm_stats(&r->mmgr[m], &st);
-		res->st.seq_creates += st.seq_creates;
-		res->st.seq_frees += st.seq_frees;
-		res->st.appends += st.appends;
-		res->st.forks += st.forks;
-		res->st.evictions += st.evictions;
-		res->st.cow_copies += st.cow_copies;
-		res->st.blocks_allocated += st.blocks_allocated;
-		res->st.blocks_released += st.blocks_released;
-		res->st.prefix_queries += st.prefix_queries;
-		res->st.prefix_hits += st.prefix_hits;
-		res->st.prefix_commits += st.prefix_commits;
-		res->st.prefix_evictions += st.prefix_evictions;
-		res->st.prefix_cached_blocks += st.prefix_cached_blocks;
-		res->st.blocks_total = st.blocks_total;
+		kvp_stats_add(&res->st, &st);
 	}
-	res->st.prefix_hit_rate =
-		res->st.prefix_queries ? (double)res->st.prefix_hits /
-						 (double)res->st.prefix_queries
-				       : 0;
 	if (r->peer == PEER_KVPOOL) {
 		struct kvp_pool_stats ps;
 
