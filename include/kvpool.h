@@ -516,6 +516,24 @@ struct kvp_stats {
 KVP_API void kvp_manager_stats(struct kvp_manager *m, struct kvp_stats *st);
 
 /*
+ * Adds *st into *acc, to total several managers' statistics (call it once
+ * per kvp_manager_stats, on an *acc that starts zeroed).  Counters and
+ * per-manager gauges are summed: sequences, tokens, seq_creates,
+ * seq_frees, appends, forks, evictions, cow_copies, blocks_allocated,
+ * blocks_released, prefix_queries, prefix_hits, prefix_cached_blocks,
+ * prefix_commits, prefix_evictions, prefix_pinned.  The pool-wide values
+ * blocks_used, blocks_total and bytes_per_block take the larger of the
+ * two, since managers may share a pool and each reports the same pool
+ * (managers of different pools: add their kvp_pool_stats instead), and so
+ * does retention_clock (each manager has its own clock; a sum of clocks
+ * counts nothing, the larger is the most advanced one).  prefix_hit_rate
+ * is recomputed from the summed hits and queries (0 with no queries).
+ * NULL arguments are ignored.  Reads and writes only the caller's two
+ * structs: no lock, no barrier.
+ */
+KVP_API void kvp_stats_add(struct kvp_stats *acc, const struct kvp_stats *st);
+
+/*
  * Writes a human-readable summary (blocks used / total and percent,
  * memory, sequences, allocations, frees, evictions, forks, copies) to f.
  * Errors: -EINVAL (NULL argument), -EIO (write error).

@@ -1,5 +1,6 @@
 /*
- * manager.c - managers: kvp_manager_create and _destroy, statistics, dump
+ * manager.c - managers: kvp_manager_create and _destroy, statistics
+ * (kvp_manager_stats, kvp_stats_add), dump
  * and kvp_manager_check (layer 10, doc/architecture.md "Layers": the top
  * of the sequence layers, over seq.c, seqslab.c, seqmem.c, seqmap.c,
  * mgrstat.c, prefix.c and pool.c).
@@ -200,6 +201,46 @@ KVP_API const char *kvp_manager_name(const struct kvp_manager *m)
 struct kvp_pool *manager_pool(const struct kvp_manager *m)
 {
 	return m->pool;
+}
+
+static uint64_t max_u64(uint64_t a, uint64_t b)
+{
+	return a > b ? a : b;
+}
+
+KVP_API void kvp_stats_add(struct kvp_stats *acc, const struct kvp_stats *st)
+{
+	if (!acc || !st)
+		return;
+	acc->sequences += st->sequences;
+	acc->tokens += st->tokens;
+	acc->seq_creates += st->seq_creates;
+	acc->seq_frees += st->seq_frees;
+	acc->appends += st->appends;
+	acc->forks += st->forks;
+	acc->evictions += st->evictions;
+	acc->cow_copies += st->cow_copies;
+	acc->blocks_allocated += st->blocks_allocated;
+	acc->blocks_released += st->blocks_released;
+	/* The pool's values: the same pool seen by each of its managers. */
+	acc->blocks_used = max_u64(acc->blocks_used, st->blocks_used);
+	acc->blocks_total = max_u64(acc->blocks_total, st->blocks_total);
+	acc->bytes_per_block =
+		max_u64(acc->bytes_per_block, st->bytes_per_block);
+	acc->prefix_queries += st->prefix_queries;
+	acc->prefix_hits += st->prefix_hits;
+	acc->prefix_hit_rate = acc->prefix_queries
+				       ? (double)acc->prefix_hits /
+						 (double)acc->prefix_queries
+				       : 0.0;
+	acc->prefix_cached_blocks += st->prefix_cached_blocks;
+	acc->prefix_commits += st->prefix_commits;
+	acc->prefix_evictions += st->prefix_evictions;
+	acc->prefix_pinned += st->prefix_pinned;
+	acc->retention_clock =
+		max_u64(acc->retention_clock, st->retention_clock);
+	acc->prefix_uncached += st->prefix_uncached;
+	acc->events += st->events;
 }
 
 KVP_API int kvp_manager_dump(struct kvp_manager *m, FILE *f)

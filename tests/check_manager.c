@@ -2385,6 +2385,100 @@ START_TEST(test_stats_null)
 }
 END_TEST
 
+/*
+ * kvp_stats_add over two prefix-caching managers of one pool: the counters
+ * and per-manager gauges are the sums, the pool's values and the
+ * retention clock the larger, and the hit rate is recomputed from the
+ * sums (one manager hits, the other does not: not the mean of the two
+ * rates).  NULL arguments leave the sum alone.
+ */
+START_TEST(test_stats_add)
+{
+	struct kvp_pool *p = mkpool_nc(64);
+	struct kvp_manager_config c = mcfg(p, KVP_EVICT_LRU);
+	struct kvp_manager *a, *b;
+	struct kvp_hash h[3];
+	struct kvp_stats sa, sb, acc, before;
+	uint32_t cached = 0xDEAD;
+
+	c.flags = KVP_PREFIX_CACHE;
+	a = mkmgr_cfg(&c);
+	b = mkmgr_cfg(&c);
+	memset(h, 0, sizeof(h));
+	for (int i = 0; i < 3; i++)
+		h[i].b[0] = (uint8_t)(i + 1);
+	/* a: commits 3 blocks, then a longer prompt hits all 3. */
+	ck_assert_int_eq(kvp_seq_create_cached(a, 1, h, 3, 3 * BT, &cached), 0);
+	ck_assert_int_eq(kvp_seq_commit(a, 1, h, 3), 3); /* blocks registered */
+	ck_assert_int_eq(kvp_seq_create_cached(a, 2, h, 3, 3 * BT + 1, &cached),
+			 0);
+	ck_assert_uint_eq(cached, 3 * BT);
+	ck_assert_int_eq(kvp_manager_tick(a, 5, NULL), 0);
+	/* b: the same hashes miss (its own cache), and appends and a fork. */
+	ck_assert_int_eq(kvp_seq_create_cached(b, 1, h, 3, 3 * BT, &cached), 0);
+	ck_assert_uint_eq(cached, 0);
+	create_ok(b, 2, BT);
+	append_ok(b, 2, 1);
+	ck_assert_int_eq(kvp_seq_fork(b, 2, 3), 0);
+	ck_assert_int_eq(kvp_manager_tick(b, 2, NULL), 0);
+	/* Other blocks under a's cached hashes: left uncached. */
+	create_ok(a, 9, 3 * BT);
+	ck_assert_int_eq(kvp_seq_commit(a, 9, h, 3), 0);
+	ck_assert_int_eq(kvp_seq_free(a, 9), 0);
+
+	sa = mstats(a);
+	sb = mstats(b);
+	memset(&acc, 0, sizeof(acc));
+	kvp_stats_add(&acc, &sa);
+	kvp_stats_add(&acc, &sb);
+	ck_assert_uint_eq(acc.sequences, 5);
+	ck_assert_uint_eq(acc.sequences, sa.sequences + sb.sequences);
+	ck_assert_uint_eq(acc.tokens, sa.tokens + sb.tokens);
+	ck_assert_uint_eq(acc.seq_creates, sa.seq_creates + sb.seq_creates);
+	ck_assert_uint_eq(acc.seq_frees, sa.seq_frees + sb.seq_frees);
+	ck_assert_uint_eq(acc.appends, sa.appends + sb.appends);
+	ck_assert_uint_eq(acc.forks, 1);
+	ck_assert_uint_eq(acc.evictions, sa.evictions + sb.evictions);
+	ck_assert_uint_eq(acc.cow_copies, sa.cow_copies + sb.cow_copies);
+	ck_assert_uint_eq(acc.blocks_allocated,
+			  sa.blocks_allocated + sb.blocks_allocated);
+	ck_assert_uint_eq(acc.blocks_released,
+			  sa.blocks_released + sb.blocks_released);
+	/* The pool's values: each manager reports the same pool. */
+	ck_assert_uint_eq(acc.blocks_total, 64);
+	ck_assert_uint_eq(acc.blocks_used, pstats(p).used);
+	ck_assert_uint_eq(acc.bytes_per_block, sa.bytes_per_block);
+	ck_assert_uint_eq(acc.prefix_queries, (9 * BT + 1));
+	ck_assert_uint_eq(acc.prefix_hits, 3 * BT);
+	ck_assert(acc.prefix_hit_rate ==
+		  (double)(3 * BT) / (double)(9 * BT + 1));
+	ck_assert(acc.prefix_hit_rate !=
+		  (sa.prefix_hit_rate + sb.prefix_hit_rate) / 2);
+	ck_assert_uint_eq(acc.prefix_cached_blocks,
+			  sa.prefix_cached_blocks + sb.prefix_cached_blocks);
+	ck_assert_uint_eq(acc.prefix_commits, 3);
+	ck_assert_uint_eq(acc.prefix_evictions,
+			  sa.prefix_evictions + sb.prefix_evictions);
+	ck_assert_uint_eq(acc.prefix_pinned,
+			  sa.prefix_pinned + sb.prefix_pinned);
+	ck_assert_uint_eq(acc.retention_clock, 5);
+	ck_assert_uint_eq(acc.prefix_uncached, 3);
+	ck_assert_uint_eq(acc.events, sa.events + sb.events);
+
+	before = acc;
+	kvp_stats_add(&acc, NULL);
+	kvp_stats_add(NULL, &sa);
+	ck_assert(memcmp(&acc, &before, sizeof(acc)) == 0);
+
+	for (uint64_t s = 1; s <= 2; s++)
+		ck_assert_int_eq(kvp_seq_free(a, s), 0);
+	for (uint64_t s = 1; s <= 3; s++)
+		ck_assert_int_eq(kvp_seq_free(b, s), 0);
+	kvp_manager_destroy(b);
+	finish(a, p);
+}
+END_TEST
+
 START_TEST(test_dump)
 {
 	struct kvp_pool *p = mkpool_nc(200);
@@ -3230,6 +3324,7 @@ static Suite *manager_suite(void)
 	tc = tcase_create("stats");
 	tcase_add_test(tc, test_stats_scenario);
 	tcase_add_test(tc, test_stats_null);
+	tcase_add_test(tc, test_stats_add);
 	tcase_add_test(tc, test_dump);
 	tcase_add_test(tc, test_check_extra_ref);
 	tcase_add_test(tc, test_check_raw_alloc);
