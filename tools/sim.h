@@ -9,7 +9,7 @@
  * peers' pools and managers, the run, the checks after it), sim_sched.c
  * (the scheduler threads and their queues), sim_report.c (text and JSON
  * reports), sim_sweep.c (pool capacities: the unlimited size, the memory
- * check, --sweep-capacity).
+ * check, --sweep-capacity), sim_metrics.c (--metrics scrapes).
  *
  * Single-threaded apart from sim_sched.c's threads, which read the
  * options and the workload only.
@@ -82,6 +82,9 @@ struct sim_opts {
 	uint32_t pub_hwm; /* at most INT32_MAX */
 	uint32_t replay_ring;
 	struct kvp_pub *pub; /* set by sim.c when it starts publishing */
+	/* --metrics FILE, --metrics-every N (sim_metrics.c) */
+	const char *metrics;
+	uint64_t metrics_every;
 };
 
 /* What one replay measured. */

@@ -356,6 +356,12 @@ static const struct opt options[] = {
 	    "('-': stdout)"),
 	STR("--plot", "FILE.png", plot,
 	    "with --sweep-capacity: a line plot (needs gnuplot)"),
+	STR("--metrics", "FILE", metrics,
+	    "write the pool's and managers' metrics after the replay\n"
+	    "(OpenMetrics text, a Prometheus scrape; kvpool(3))"),
+	U64("--metrics-every", "N", metrics_every, 1, UINT64_MAX,
+	    "with --metrics: also FILE.1, FILE.2, ..., a scrape every\n"
+	    "N scheduler steps (all threads' steps together)"),
 	SECTION("events (libkvpool-events; kvpool(1), README \"Joining a "
 		"cluster\"):"),
 	FN_AT("--publish", "ENDPOINT", set_endpoint, publish, const char *,
@@ -510,6 +516,11 @@ static void check_combinations(const struct sim_opts *o)
 	    !o->publish)
 		usage_error("--replay, --replay-ring, --pub-hwm, --topic and "
 			    "--linger go with --publish");
+	if (o->metrics_every && !o->metrics)
+		usage_error("--metrics-every goes with --metrics");
+	if (o->metrics && (o->sweep || o->dump))
+		usage_error("--metrics scrapes a replay: not with "
+			    "--sweep-capacity or --dump-workload");
 	if (o->hash_seed && !o->cbor)
 		usage_error("--hash-seed goes with --hash sha256_cbor");
 	if (o->publish && (o->compare || o->sweep || o->reps != 1 ||

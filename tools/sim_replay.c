@@ -124,6 +124,11 @@ static int make_kvpool(struct run *r)
 	if (r->o->retain)
 		retained_build(r);
 	for (unsigned m = 0; m < r->w->models; m++) {
+		char name[KVP_NAME_MAX];
+
+		/* The metrics' manager label. */
+		snprintf(name, sizeof(name), "model%u", m);
+		mc.name = name;
 		rc = kvp_manager_create(&mc, &r->kmgr[m]);
 		if (rc != 0) {
 			fprintf(stderr, "kvpool sim: kvp_manager_create: %s\n",
@@ -287,6 +292,8 @@ void sim_replay(const struct sim_opts *o, const struct workload *w,
 		res->retained_evicted = atomic_load(&r->retained_evicted);
 	}
 	collect_stats(r, res);
+	if (peer == PEER_KVPOOL && o->metrics)
+		sim_metrics_final(r);
 	verify(r);
 	destroy(r);
 	free(r->retained);

@@ -43,6 +43,12 @@ struct run {
 	pthread_barrier_t start;
 	_Alignas(BENCH_CACHE_LINE) _Atomic uint32_t finished;
 	_Alignas(BENCH_CACHE_LINE) _Atomic uint64_t t0, t1;
+	/* --metrics-every (sim_metrics.c): all threads' steps, the scrapes
+	 * written, the first failure (a negative errno) and its index. */
+	_Alignas(BENCH_CACHE_LINE) _Atomic uint64_t metrics_steps;
+	_Atomic uint64_t metrics_written;
+	_Atomic int metrics_err;
+	uint64_t metrics_err_at; /* written by the failure's CAS winner */
 };
 
 /* Makes the queues and starts o->threads scheduler threads over r (its
@@ -55,6 +61,13 @@ void sim_sched_start(struct run *r);
  * caller): operations, latencies, requests, pool use, the replay's wall
  * time. */
 void sim_sched_join(struct run *r, struct sim_result *res);
+
+/* sim_metrics.c: a scheduler step of a kvpool replay with
+ * --metrics-every (every o->metrics_every steps, FILE.k); and, after the
+ * replay, the final scrape into FILE: exits 1 with one line if it, or a
+ * periodic one, could not be written. */
+void sim_metrics_step(struct run *r);
+void sim_metrics_final(struct run *r);
 
 /* Frees the queues and the threads' state (after sim_sched_join). */
 void sim_sched_free(struct run *r);

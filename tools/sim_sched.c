@@ -592,6 +592,8 @@ static void *scheduler(void *arg)
 				(void)kvp_manager_tick(r->kmgr[m], 1, NULL);
 		if (++t->steps % SIM_UTIL_EVERY == 0)
 			sample_util(t);
+		if (r->peer == PEER_KVPOOL && r->o->metrics_every)
+			sim_metrics_step(r);
 	}
 	atomic_max_u64(&r->t1, hist_now_ns());
 	return NULL;
