@@ -66,7 +66,8 @@ KVP_API const char *kvp_strerror(int err);
  * then the environment variable KVP_CONF, later pairs overriding
  * earlier ones.  A pair that cannot be applied is reported in one line
  * on stderr, beginning "<kvpool>: ", and ignored (abort_conf:true makes
- * that fatal: abort()); confirm_conf:true reports each value applied.
+ * that fatal: the process aborts); confirm_conf:true reports each value
+ * applied.
  *
  * An application sets its own string by defining this variable, e.g.
  * `const char *kvp_conf = "auto_cache_max:64";`: the library's

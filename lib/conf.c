@@ -12,7 +12,7 @@
  * value that is not a number or a boolean, out of its range) is
  * reported in one line and skipped; the pairs after it still apply.
  */
-/* First: config.h defines _GNU_SOURCE, which secure_getenv() needs. */
+/* First: config.h defines _GNU_SOURCE, which secure_getenv needs. */
 #include "config.h"
 
 #include <errno.h>
