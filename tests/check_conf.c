@@ -320,12 +320,10 @@ END_TEST
 START_TEST(test_write_errors)
 {
 	FILE *f = fopen("/dev/null", "r");
-	struct conf c;
 
 	ck_assert_int_eq(kvp_conf_write(NULL), -EINVAL);
 	ck_assert_ptr_nonnull(f);
-	conf_defaults(&c);
-	ck_assert_int_eq(conf_write(&c, f), -EIO);
+	ck_assert_int_eq(kvp_conf_write(f), -EIO);
 	fclose(f);
 }
 END_TEST
