@@ -107,11 +107,12 @@ struct kvp_pool_config {
 	uint32_t num_blocks;   /* 1 .. KVP_MAX_BLOCKS */
 	uint32_t block_tokens; /* tokens per block, >= 1 */
 	/*
-	 * Per-thread cache capacity in blocks; 0 = automatic: min(auto_cache_max
-	 * (a kvp_conf key, 128 by default), num_blocks / (8 * online CPUs)),
-	 * rounded down to even, and no cache
-	 * when that is below 2, so caches never strand a large share of a
-	 * small pool.  At most KVP_MAX_CACHE_BLOCKS and at most num_blocks.
+	 * Per-thread cache capacity in blocks; 0 = automatic:
+	 * min(auto_cache_max, num_blocks / (8 * online CPUs)), rounded down
+	 * to even (auto_cache_max is a kvp_conf key, 128 by default), and no
+	 * cache when that is below 2, so caches never strand a large share
+	 * of a small pool.  At most KVP_MAX_CACHE_BLOCKS and at most
+	 * num_blocks.
 	 * Refills and flushes move half a cache, so an explicit odd value
 	 * is rounded down to even, and 1 means no cache (as does the flag
 	 * KVP_POOL_NOCACHE); kvp_pool_stats() reports the value in effect.

@@ -143,9 +143,8 @@ static bool parse_value(const struct conf_def *d, const char *v, size_t vn,
 		return false;
 	}
 	if (!parse_u64(v, vn, &x)) {
-		snprintf(why, whylen,
-			 "%s takes a decimal number from %u to %u", d->name,
-			 d->min, d->max);
+		snprintf(why, whylen, "%s takes a decimal number from %u to %u",
+			 d->name, d->min, d->max);
 		return false;
 	}
 	if (x < d->min || x > d->max) {
@@ -158,8 +157,8 @@ static bool parse_value(const struct conf_def *d, const char *v, size_t vn,
 }
 
 /* Applies the pair [p, e) (trimmed) to c; false with why filled in. */
-static bool apply_pair(struct conf *c, const char *p, const char *e,
-		       char *why, size_t whylen)
+static bool apply_pair(struct conf *c, const char *p, const char *e, char *why,
+		       size_t whylen)
 {
 	const char *k = p, *ke = p, *v;
 	uint32_t x;
@@ -182,7 +181,8 @@ static bool apply_pair(struct conf *c, const char *p, const char *e,
 		return false;
 	}
 	if (*v != ':') {
-		snprintf(why, whylen, "a key is letters, digits and _, then ':'");
+		snprintf(why, whylen,
+			 "a key is letters, digits and _, then ':'");
 		return false;
 	}
 	v++;

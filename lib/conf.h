@@ -59,8 +59,8 @@ struct conf {
  * trimmed; not NUL-terminated) and why says what is wrong, naming the
  * key when there is one.
  */
-typedef void (*conf_report_fn)(void *arg, const char *source,
-			       const char *pair, size_t len, const char *why);
+typedef void (*conf_report_fn)(void *arg, const char *source, const char *pair,
+			       size_t len, const char *why);
 
 /* The built-in defaults, nothing applied. */
 void conf_defaults(struct conf *c);

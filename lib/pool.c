@@ -200,9 +200,10 @@ KVP_API int kvp_pool_create(const struct kvp_pool_config *cfg,
 		if (err)
 			return err;
 	}
-	cap = cfg->cache_blocks ? cfg->cache_blocks
-				: auto_cache_blocks(cfg->num_blocks,
-						    conf_val(conf, AUTO_CACHE_MAX));
+	cap = cfg->cache_blocks
+		      ? cfg->cache_blocks
+		      : auto_cache_blocks(cfg->num_blocks,
+					  conf_val(conf, AUTO_CACHE_MAX));
 	cap &= ~1u; /* flushes and refills move halves */
 	if (cap < 2 || (cfg->flags & KVP_POOL_NOCACHE))
 		cap = 0;

@@ -32,8 +32,8 @@ struct reports {
 	char source[32];
 };
 
-static void collect(void *arg, const char *source, const char *pair,
-		    size_t len, const char *why)
+static void collect(void *arg, const char *source, const char *pair, size_t len,
+		    const char *why)
 {
 	struct reports *r = arg;
 
@@ -58,8 +58,8 @@ static unsigned parse(struct conf *c, const char *s, struct reports *r)
 	memset(r, 0, sizeof(*r));
 	conf_defaults(c);
 	bad = conf_parse(c, "test", s, collect, r);
-	ck_assert_msg(bad == r->n, "\"%s\": %u rejected, %u reported", s,
-		      bad, r->n);
+	ck_assert_msg(bad == r->n, "\"%s\": %u rejected, %u reported", s, bad,
+		      r->n);
 	return bad;
 }
 
@@ -99,9 +99,8 @@ START_TEST(test_pairs_apply)
 {
 	struct conf c;
 
-	ck_assert_uint_eq(parse(&c, "auto_cache_max:64,evict_ahead_max:0",
-				NULL),
-			  0);
+	ck_assert_uint_eq(
+		parse(&c, "auto_cache_max:64,evict_ahead_max:0", NULL), 0);
 	ck_assert_uint_eq(conf_val(&c, AUTO_CACHE_MAX), 64);
 	ck_assert_uint_eq(conf_val(&c, EVICT_AHEAD_MAX), 0);
 	ck_assert_uint_eq(c.applied, (1u << CONF_AUTO_CACHE_MAX) |
@@ -122,9 +121,9 @@ START_TEST(test_blanks)
 	struct conf c;
 	struct reports r;
 
-	ck_assert_uint_eq(parse(&c, " auto_cache_max : 64 ,\n\tidle_batch:\t8 ",
-				NULL),
-			  0);
+	ck_assert_uint_eq(
+		parse(&c, " auto_cache_max : 64 ,\n\tidle_batch:\t8 ", NULL),
+		0);
 	ck_assert_uint_eq(conf_val(&c, AUTO_CACHE_MAX), 64);
 	ck_assert_uint_eq(conf_val(&c, IDLE_BATCH), 8);
 	/* Blanks inside a key or a value are not skipped. */
@@ -204,10 +203,14 @@ END_TEST
 START_TEST(test_bad_numbers)
 {
 	static const char *bad[] = {
-		"auto_cache_max:-1",   "auto_cache_max:+1",
-		"auto_cache_max:1x",   "auto_cache_max:0x10",
-		"auto_cache_max:",     "auto_cache_max:  ",
-		"auto_cache_max:1.5",  "auto_cache_max:99999999999999999999999",
+		"auto_cache_max:-1",
+		"auto_cache_max:+1",
+		"auto_cache_max:1x",
+		"auto_cache_max:0x10",
+		"auto_cache_max:",
+		"auto_cache_max:  ",
+		"auto_cache_max:1.5",
+		"auto_cache_max:99999999999999999999999",
 		"auto_cache_max:4294967360", /* 2^32 + 64: no wrap to 64 */
 		"auto_cache_max:true",
 	};
@@ -230,9 +233,8 @@ START_TEST(test_booleans)
 
 	ck_assert_uint_eq(parse(&c, "confirm_conf:true", NULL), 0);
 	ck_assert_uint_eq(conf_val(&c, CONFIRM_CONF), 1);
-	ck_assert_uint_eq(parse(&c, "confirm_conf:true,confirm_conf:false",
-				NULL),
-			  0);
+	ck_assert_uint_eq(
+		parse(&c, "confirm_conf:true,confirm_conf:false", NULL), 0);
 	ck_assert_uint_eq(conf_val(&c, CONFIRM_CONF), 0);
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		ck_assert_msg(parse(&c, bad[i], NULL) == 1, "%s applied",
@@ -245,15 +247,16 @@ END_TEST
 START_TEST(test_malformed)
 {
 	static const char *bad[] = {
-		"auto_cache_max", ":5", "auto-cache:5", "\xc3\xa9:1",
-		"idle_batch:1:2", "idle_batch 8", "foo:1", "IDLE_BATCH:8",
+		"auto_cache_max", ":5",
+		"auto-cache:5",	  "\xc3\xa9:1",
+		"idle_batch:1:2", "idle_batch 8",
+		"foo:1",	  "IDLE_BATCH:8",
 	};
 	struct conf c;
 	struct reports r;
 
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-		ck_assert_msg(parse(&c, bad[i], &r) == 1, "%s applied",
-			      bad[i]);
+		ck_assert_msg(parse(&c, bad[i], &r) == 1, "%s applied", bad[i]);
 		ck_assert_str_eq(r.pair[0], bad[i]);
 		ck_assert_uint_eq(c.applied, 0);
 	}
@@ -282,9 +285,8 @@ START_TEST(test_rest_applies)
 	ck_assert_uint_eq(conf_val(&c, PREFIX_SLOTS_PER_BLOCK), 8);
 	/* Without a report function the count is still returned. */
 	conf_defaults(&c);
-	ck_assert_uint_eq(conf_parse(&c, "test", "foo:1,,idle_batch:7", NULL,
-				     NULL),
-			  2);
+	ck_assert_uint_eq(
+		conf_parse(&c, "test", "foo:1,,idle_batch:7", NULL, NULL), 2);
 	ck_assert_uint_eq(conf_val(&c, IDLE_BATCH), 7);
 }
 END_TEST
@@ -298,8 +300,9 @@ START_TEST(test_write_round_trip)
 	FILE *f = open_memstream(&text, &len);
 
 	ck_assert_ptr_nonnull(f);
-	ck_assert_uint_eq(parse(&c, "auto_cache_max:7,seqmap_keep_ratio:9,"
-				    "confirm_conf:true",
+	ck_assert_uint_eq(parse(&c,
+				"auto_cache_max:7,seqmap_keep_ratio:9,"
+				"confirm_conf:true",
 				NULL),
 			  0);
 	ck_assert_int_eq(conf_write(&c, f), 0);

@@ -15,9 +15,8 @@ const char *kvp_conf = "auto_cache_max:33,idle_batch:5";
 int main(void)
 {
 	/* 2^20 blocks: num_blocks / (8 * CPUs) is far above 33. */
-	struct kvp_pool_config cfg = {.num_blocks = 1u << 20,
-				      .block_tokens = 16,
-				      .device_id = -1};
+	struct kvp_pool_config cfg = {
+		.num_blocks = 1u << 20, .block_tokens = 16, .device_id = -1};
 	struct kvp_pool_stats st;
 	struct kvp_pool *pool;
 	int rc = kvp_pool_create(&cfg, &pool);

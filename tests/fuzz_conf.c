@@ -38,16 +38,15 @@ static void fail(const char *what, const char *s)
 	abort();
 }
 
-static void count(void *arg, const char *source, const char *pair,
-		  size_t len, const char *why)
+static void count(void *arg, const char *source, const char *pair, size_t len,
+		  const char *why)
 {
 	struct tally *t = arg;
 
 	t->reports++;
 	if (!why || !*why || strcmp(source, "fuzz") != 0)
 		fail("a report without a reason or its source", t->s);
-	if (pair < t->s || pair + len > t->s + t->len ||
-	    memchr(pair, ',', len))
+	if (pair < t->s || pair + len > t->s + t->len || memchr(pair, ',', len))
 		fail("a reported pair is not a piece of the input", t->s);
 }
 
@@ -90,8 +89,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			if (blank(piece, piece + n))
 				bad_pieces++;
 			else
-				bad_pieces += conf_parse(&pieces, "fuzz",
-							 piece, NULL, NULL);
+				bad_pieces += conf_parse(&pieces, "fuzz", piece,
+							 NULL, NULL);
 			if (!e)
 				break;
 			p = e + 1;
@@ -138,11 +137,35 @@ static uint64_t next(void)
 }
 
 static const char *words[] = {
-	"auto_cache_max", "evict_ahead_max", "evict_ahead_share", "idle_batch",
-	"prefix_slots_per_block", "seqmap_grow_ratio", "seqmap_keep_ratio",
-	"seqmap_shrink_period_us", "abort_conf", "confirm_conf", "foo", ":",
-	":", ",", ",", " ", "\t", "0", "1", "4", "64", "256", "513",
-	"4294967296", "99999999999999999999", "-1", "true", "false", "x",
+	"auto_cache_max",
+	"evict_ahead_max",
+	"evict_ahead_share",
+	"idle_batch",
+	"prefix_slots_per_block",
+	"seqmap_grow_ratio",
+	"seqmap_keep_ratio",
+	"seqmap_shrink_period_us",
+	"abort_conf",
+	"confirm_conf",
+	"foo",
+	":",
+	":",
+	",",
+	",",
+	" ",
+	"\t",
+	"0",
+	"1",
+	"4",
+	"64",
+	"256",
+	"513",
+	"4294967296",
+	"99999999999999999999",
+	"-1",
+	"true",
+	"false",
+	"x",
 };
 #define NWORDS (sizeof(words) / sizeof(words[0]))
 
@@ -172,7 +195,8 @@ int main(int argc, char **argv)
 			LLVMFuzzerTestOneInput((const uint8_t *)buf, len);
 		}
 		printf("fuzz_conf_replay: %lu random strings, every rejection"
-		       " reported\n", n);
+		       " reported\n",
+		       n);
 		return 0;
 	}
 	for (int i = 1; i < argc; i++) {

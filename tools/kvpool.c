@@ -130,7 +130,8 @@ static int conf_main(int argc, char **argv)
 {
 	int rc;
 
-	if (argc > 1 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
+	if (argc > 1 &&
+	    (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
 		printf("usage: kvpool conf\n"
 		       "Prints the configuration in effect, one key:value a "
 		       "line: the defaults,\n"
