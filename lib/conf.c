@@ -25,9 +25,12 @@
 #include "kvpool.h"
 
 /*
- * The application's string (jemalloc's malloc_conf): weak, so that a
- * definition in the executable (or in any object linked before the
- * library) wins, statically or dynamically linked.
+ * The application's string (jemalloc's malloc_conf).  Weak, so that an
+ * application's own definition wins: linked statically, a strong
+ * definition overrides a weak one without a clash; linked dynamically,
+ * the executable's definition comes first in the symbol lookup (the
+ * symbol has default visibility, so the library reads it through its
+ * GOT, not a local reference).
  */
 KVP_API const char *kvp_conf __attribute__((weak)) = NULL;
 
