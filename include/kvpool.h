@@ -58,6 +58,31 @@ extern "C" {
  */
 KVP_API const char *kvp_strerror(int err);
 
+/*
+ * Runtime tuning, as jemalloc's MALLOC_CONF: a string of `key:value`
+ * pairs separated by commas (kvpool(3) lists the keys, their ranges and
+ * defaults).  It is read once, when the first pool is created (or the
+ * first kvp_conf_write() runs): the built-in defaults, then kvp_conf,
+ * then the environment variable KVP_CONF, later pairs overriding
+ * earlier ones.  A pair that cannot be applied is reported in one line
+ * on stderr, beginning "<kvpool>: ", and ignored (abort_conf:true makes
+ * that fatal: the process aborts); confirm_conf:true reports each value
+ * applied.
+ *
+ * An application sets its own string by defining this variable, e.g.
+ * `const char *kvp_conf = "auto_cache_max:64";`: the library's
+ * definition is weak, and the application's wins.
+ */
+KVP_API extern const char *kvp_conf;
+
+/*
+ * Writes the configuration in effect to f, one `key:value` line per key
+ * in kvpool(3)'s order (the lines joined by commas are a valid KVP_CONF).
+ * Reads the configuration first if no pool did yet.  Errors: -EINVAL
+ * (NULL f), -EIO (f reports a write error).  Thread-safe.
+ */
+KVP_API int kvp_conf_write(FILE *f);
+
 /* Element types of KV data (fp8/int8 are stored as raw bytes). */
 enum kvp_dtype {
 	KVP_F32 = 0,
@@ -82,10 +107,12 @@ struct kvp_pool_config {
 	uint32_t num_blocks;   /* 1 .. KVP_MAX_BLOCKS */
 	uint32_t block_tokens; /* tokens per block, >= 1 */
 	/*
-	 * Per-thread cache capacity in blocks; 0 = automatic: min(128,
-	 * num_blocks / (8 * online CPUs)), rounded down to even, and no cache
-	 * when that is below 2, so caches never strand a large share of a
-	 * small pool.  At most KVP_MAX_CACHE_BLOCKS and at most num_blocks.
+	 * Per-thread cache capacity in blocks; 0 = automatic:
+	 * min(auto_cache_max, num_blocks / (8 * online CPUs)), rounded down
+	 * to even (auto_cache_max is a kvp_conf key, 128 by default), and no
+	 * cache when that is below 2, so caches never strand a large share
+	 * of a small pool.  At most KVP_MAX_CACHE_BLOCKS and at most
+	 * num_blocks.
 	 * Refills and flushes move half a cache, so an explicit odd value
 	 * is rounded down to even, and 1 means no cache (as does the flag
 	 * KVP_POOL_NOCACHE); kvp_pool_stats() reports the value in effect.

@@ -57,6 +57,7 @@
 #include <unistd.h>
 
 #include "alloc.h"
+#include "conf.h"
 #include "pool.h"
 #include "tcache.h"
 
@@ -69,7 +70,6 @@ _Static_assert(sizeof(_Atomic uint32_t) == 4 && ATOMIC_INT_LOCK_FREE == 2,
 	       "the state and link words must be lock-free 32-bit atomics");
 
 #define KVP_POOL_KNOWN_FLAGS (KVP_POOL_ZERO | KVP_POOL_NOCACHE)
-#define KVP_AUTO_CACHE_MAX 128u
 
 static size_t dtype_size(enum kvp_dtype dt)
 {
@@ -108,7 +108,8 @@ static int layout_bytes(const struct kvp_layout *l, uint32_t tokens,
 	return 0;
 }
 
-static uint32_t auto_cache_blocks(uint32_t num_blocks)
+/* cache_blocks 0: at most auto_cache_max (conf.h). */
+static uint32_t auto_cache_blocks(uint32_t num_blocks, uint32_t max)
 {
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	uint64_t cap;
@@ -116,8 +117,8 @@ static uint32_t auto_cache_blocks(uint32_t num_blocks)
 	if (cpus < 1)
 		cpus = 1;
 	cap = num_blocks / (8 * (uint64_t)cpus);
-	if (cap > KVP_AUTO_CACHE_MAX)
-		cap = KVP_AUTO_CACHE_MAX;
+	if (cap > max)
+		cap = max;
 	return (uint32_t)cap;
 }
 
@@ -181,6 +182,8 @@ static int pool_map_arena(struct kvp_pool *pool)
 KVP_API int kvp_pool_create(const struct kvp_pool_config *cfg,
 			    struct kvp_pool **out)
 {
+	/* The first pool reads the configuration (KVP_CONF). */
+	const struct conf *conf = conf_get();
 	struct kvp_pool *pool;
 	size_t block_bytes = 0, row_bytes = 0;
 	uint32_t cap;
@@ -197,8 +200,10 @@ KVP_API int kvp_pool_create(const struct kvp_pool_config *cfg,
 		if (err)
 			return err;
 	}
-	cap = cfg->cache_blocks ? cfg->cache_blocks
-				: auto_cache_blocks(cfg->num_blocks);
+	cap = cfg->cache_blocks
+		      ? cfg->cache_blocks
+		      : auto_cache_blocks(cfg->num_blocks,
+					  conf_val(conf, AUTO_CACHE_MAX));
 	cap &= ~1u; /* flushes and refills move halves */
 	if (cap < 2 || (cfg->flags & KVP_POOL_NOCACHE))
 		cap = 0;
@@ -213,6 +218,9 @@ KVP_API int kvp_pool_create(const struct kvp_pool_config *cfg,
 	pool->device_id = cfg->device_id;
 	pool->block_bytes = block_bytes;
 	pool->row_bytes = row_bytes;
+	pool->evict_ahead_max = conf_val(conf, EVICT_AHEAD_MAX);
+	pool->evict_ahead_share = conf_val(conf, EVICT_AHEAD_SHARE);
+	pool->idle_batch = conf_val(conf, IDLE_BATCH);
 	if (cfg->layout) {
 		pool->has_layout = true;
 		pool->layout = *cfg->layout;
@@ -395,36 +403,30 @@ static int alloc_refill(struct kvp_pool *pool, struct tcache *tc, uint32_t c,
 }
 
 /*
- * Evictions ahead of need: an allocation of at most KVP_EVICT_AHEAD_MAX
- * blocks that must evict takes up to half a cache more and parks them in
- * the thread's cache, so that the next small allocations (a decode
- * step's new blocks) find them there instead of each taking the
- * evictable list's lock.  At most one block in KVP_EVICT_AHEAD_SHARE of
- * the evictable ones: the blocks evicted early are the next least
- * recently freed, and in a large pool so few that the hit rate cannot
- * tell.  A small pool evicts exactly what it must.
+ * Evictions ahead of need: an allocation of at most evict_ahead_max
+ * blocks (conf.h: 128 by default) that must evict takes up to half a
+ * cache more, and at most evict_ahead_max, and parks them in the
+ * thread's cache, so that the next small allocations (a decode step's
+ * new blocks) find them there instead of each taking the evictable
+ * list's lock.  At most one block in evict_ahead_share (256 by default;
+ * 1 in the test builds, so that the model fuzz's small pools evict ahead
+ * as well) of the evictable ones: the blocks evicted early are the next
+ * least recently freed, and in a large pool so few that the hit rate
+ * cannot tell.  A small pool evicts exactly what it must.
  */
-#define KVP_EVICT_AHEAD_MAX 128u
-#ifndef KVP_FAULT_INJECTION
-#define KVP_EVICT_AHEAD_SHARE 256u
-#else
-/* The test builds (the model fuzz's small pools) evict ahead as well. */
-#define KVP_EVICT_AHEAD_SHARE 1u
-#endif
-
 static uint32_t evict_ahead(struct kvp_pool *pool,
 			    const struct pool_reclaimer *rc, struct tcache *tc,
 			    uint32_t need)
 {
+	uint32_t room, max = pool->evict_ahead_max;
 	uint64_t share;
-	uint32_t room;
 
-	if (!tc || need > KVP_EVICT_AHEAD_MAX)
+	if (!tc || need > max)
 		return 0;
-	share = rc->evictable(pool->reclaimer_ctx) / KVP_EVICT_AHEAD_SHARE;
+	share = rc->evictable(pool->reclaimer_ctx) / pool->evict_ahead_share;
 	room = tc->cap / 2;
-	if (room > KVP_EVICT_AHEAD_MAX)
-		room = KVP_EVICT_AHEAD_MAX;
+	if (room > max)
+		room = max;
 	return share < room ? (uint32_t)share : room;
 }
 
@@ -456,15 +458,16 @@ static void park_ahead(struct kvp_pool *pool, struct tcache *tc,
 }
 
 /*
- * Evicts between need and need + ahead blocks (ahead <= KVP_EVICT_AHEAD_MAX):
- * the first need into ids, the rest parked in tc.  Returns false (nothing
- * changed) if fewer than need are evictable.
+ * Evicts between need and need + ahead blocks (0 < ahead and need at most
+ * evict_ahead_max, itself at most CONF_EVICT_AHEAD_LIMIT): the first need
+ * into ids, the rest parked in tc.  Returns false (nothing changed) if
+ * fewer than need are evictable.
  */
 static bool evict_into(struct kvp_pool *pool, const struct pool_reclaimer *rc,
 		       struct tcache *tc, uint32_t need, uint32_t ahead,
 		       uint32_t *ids)
 {
-	uint32_t buf[2 * KVP_EVICT_AHEAD_MAX], k;
+	uint32_t buf[2 * CONF_EVICT_AHEAD_LIMIT], k;
 
 	if (!ahead)
 		return rc->reclaim(pool->reclaimer_ctx, need, need, ids) != 0;
@@ -777,11 +780,12 @@ check_multiplicity(struct kvp_pool *pool, const uint32_t *ids, uint32_t n)
 /*
  * Cached blocks a free took to zero, handed to the evictable list in the
  * order freed, one reclaimer idle() call (prefix.c: one list lock) per
- * batch: a 4,096-token prompt of 16-token blocks in one.
+ * batch of the pool's idle_batch (conf.h: 256 by default, the most): a
+ * 4,096-token prompt of 16-token blocks in one.
  */
 struct idle_batch {
 	uint32_t n;
-	uint32_t ids[256];
+	uint32_t ids[CONF_IDLE_BATCH_LIMIT];
 };
 
 static inline void idle_flush(struct kvp_pool *pool, struct idle_batch *b)
@@ -813,7 +817,7 @@ drop_held(struct kvp_pool *pool, uint32_t id, uint32_t s,
 		return true;
 	}
 	idle->ids[idle->n++] = id;
-	if (idle->n == KVP_ARRAY_SIZE(idle->ids))
+	if (idle->n >= pool->idle_batch)
 		idle_flush(pool, idle);
 	return true;
 }

@@ -66,6 +66,10 @@ struct kvp_pool {
 	size_t row_bytes; /* one token's K (or V) for one layer */
 	size_t arena_bytes;
 	unsigned char *data; /* NULL for an ID-only pool */
+	/* Tuning from conf.h, copied at creation (see pool.c). */
+	uint32_t evict_ahead_max;   /* <= CONF_EVICT_AHEAD_LIMIT */
+	uint32_t evict_ahead_share; /* >= 1 */
+	uint32_t idle_batch;	    /* 1 .. CONF_IDLE_BATCH_LIMIT */
 	/*
 	 * state[id]: refcount and flags.  Synchronization: atomic; changed
 	 * only by bstate.h's transitions (their orders are there).

@@ -123,6 +123,7 @@
 #include <unistd.h>
 
 #include "alloc.h"
+#include "conf.h"
 #include "pool.h"
 #include "prefix.h"
 #include "rcu.h"
@@ -1076,18 +1077,20 @@ static void table_free_rcu(struct rcu_head *head)
 
 /*
  * A manager's table has, for its whole life, the slots it may ever need:
- * it caches at most every block of the pool, and 4 slots per block (a
- * power of two, at least 64; at most 2^32 for 2^31 blocks) keep it at
- * most a quarter full of entries, half full with tombstones.  Sized up
- * front, it never grows: a commit never waits for a resize, which for
- * millions of entries takes a good part of a second (faulting the new
- * table's pages in).  Rebuilds only clear deleted entries.
+ * it caches at most every block of the pool, and prefix_slots_per_block
+ * slots per block (conf.h: 4 or more, 4 by default; rounded up to a power
+ * of two, at least 64, at most 2^32) keep it at most a quarter full of
+ * entries, half full with tombstones.  Sized up front, it never grows: a
+ * commit never waits for a resize, which for millions of entries takes a
+ * good part of a second (faulting the new table's pages in).  Rebuilds
+ * only clear deleted entries.
  */
 static uint64_t table_slots(const struct prefix_cache *pc)
 {
-	uint64_t n = KVP_TABLE_MIN;
+	uint64_t n = KVP_TABLE_MIN,
+		 per = conf_val(conf_get(), PREFIX_SLOTS_PER_BLOCK);
 
-	while (n < 4 * (uint64_t)pc->pool->num_blocks && n < KVP_TABLE_MAX)
+	while (n < per * pc->pool->num_blocks && n < KVP_TABLE_MAX)
 		n <<= 1;
 	return n;
 }

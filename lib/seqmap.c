@@ -1,8 +1,8 @@
 /*
  * seqmap.c - seq_id -> sequence: a lock-free open-addressing table
  * (linear probing) read under RCU, rebuilt by one thread at a time.
- * Floor 6 of lib/ (doc/architecture.md, "Layers"): calls alloc.c and
- * rcu.c; seqslab.c and the files above it call it.
+ * Floor 6 of lib/ (doc/architecture.md, "Layers"): calls alloc.c,
+ * conf.c and rcu.c; seqslab.c and the files above it call it.
  *
  * A slot is two words: key (0 = empty) and val (NULL = absent).  Id 0
  * lives outside the table, in map->zero.
@@ -52,14 +52,16 @@
  * table, which includes the moment it loaded the table pointer.
  *
  * Rebuilds are rationed by their own cost: the rebuilder times its grace
- * period, and a table that lived less than KVP_SEQMAP_DOUBLE times that
- * gets twice the capacity (one younger than KVP_SEQMAP_KEEP times keeps
- * it, an older one may shrink).  So a fast churn of fresh ids spends a
+ * period, and a table that lived less than seqmap_grow_ratio times that
+ * gets twice the capacity (one younger than seqmap_keep_ratio times keeps
+ * it, an older one may shrink; both are conf.h's keys, 32 and 256 by
+ * default).  So a fast churn of fresh ids spends a
  * bounded share of its time in rebuilds, and the table stays as small as
  * that share allows: every insert of a fresh id touches a new slot, and a
  * table that outgrows the core's cache makes each of them a cache miss.
  *
- * Shrinks.  Removes are counted as claims are (sampled, into the table's
+ * Shrinks.  A period is seqmap_shrink_period_us (conf.h; 5 ms by
+ * default).  Removes are counted as claims are (sampled, into the table's
  * `removed`), and a remove that finds the live entries under 1/16 of the
  * slots asks for a rebuild sized from them alone (count_remove): so a
  * table grown for a burst goes back to its size for what is left.  Only
@@ -83,6 +85,7 @@
 
 #include "alloc.h"
 #include "compiler.h"
+#include "conf.h"
 #include "rcu.h"
 #include "seqmap.h"
 
@@ -93,11 +96,6 @@
 #define KVP_SEQMAP_MAX_SLOTS (1ull << 32)
 #define KVP_SEQMAP_CLAIM_BATCH 32u  /* claims per shared-counter add */
 #define KVP_SEQMAP_LONG_PROBE 128u  /* a claim this far asks for a rebuild */
-#define KVP_SEQMAP_PERIOD_NS 5000000ull /* 5 ms: see "Shrinks" */
-/* A table that lived less than this many times its rebuild's grace
- * period doubles; less than KVP_SEQMAP_KEEP times, it keeps its size. */
-#define KVP_SEQMAP_DOUBLE 32u
-#define KVP_SEQMAP_KEEP 256u
 
 struct seqmap_slot {
 	_Atomic uint64_t key; /* 0 = empty; set once by CAS */
@@ -186,6 +184,11 @@ int seqmap_init(struct seqmap *map)
 
 	if (!t)
 		return -ENOMEM;
+	const struct conf *conf = conf_get();
+
+	map->grow_ratio = conf_val(conf, SEQMAP_GROW_RATIO);
+	map->keep_ratio = conf_val(conf, SEQMAP_KEEP_RATIO);
+	map->period_ns = conf_val(conf, SEQMAP_SHRINK_PERIOD_US) * 1000ull;
 	atomic_init(&map->zero, NULL);
 	atomic_init(&map->rebuilds, 0);
 	atomic_init(&map->table, t);
@@ -265,7 +268,8 @@ static bool count_claim(struct seqmap_table *t, uint64_t h)
  * and it is older than a period or was itself built by a shrink (a
  * drain's last removes shrink it a few times in a row).
  */
-static bool count_remove(struct seqmap_table *t, uint64_t h)
+static bool count_remove(struct seqmap *map, struct seqmap_table *t,
+			 uint64_t h)
 {
 	uint64_t r, c, live, now, slots = t->mask + 1;
 
@@ -282,8 +286,8 @@ static bool count_remove(struct seqmap_table *t, uint64_t h)
 	now = now_ns();
 	return now - atomic_load_explicit(&t->claimed_ns,
 					  memory_order_relaxed) >=
-		       KVP_SEQMAP_PERIOD_NS &&
-	       (t->shrunk || now - t->built_ns >= KVP_SEQMAP_PERIOD_NS);
+		       map->period_ns &&
+	       (t->shrunk || now - t->built_ns >= map->period_ns);
 }
 
 /*
@@ -313,7 +317,8 @@ static bool freeze(struct seqmap *map, struct seqmap_table *t)
  * as rationed for a growing table (see the argument above); a shrinking
  * one (shrink: count_remove asked) is sized from its entries alone.
  */
-static uint64_t rebuild_slots(struct seqmap_table *t, uint64_t live,
+static uint64_t rebuild_slots(const struct seqmap *map,
+			      struct seqmap_table *t, uint64_t live,
 			      bool shrink, uint64_t start, uint64_t gp)
 {
 	uint64_t slots = KVP_SEQMAP_MIN_SLOTS, age, floor;
@@ -323,16 +328,16 @@ static uint64_t rebuild_slots(struct seqmap_table *t, uint64_t live,
 	if (shrink)
 		return slots;
 	/* Rationed by this rebuild's grace period, gp, which began at
-	 * start: a table that lasted less than KVP_SEQMAP_DOUBLE of them
-	 * doubles, one that lasted less than KVP_SEQMAP_KEEP keeps its size,
+	 * start: a table that lasted less than grow_ratio of them doubles,
+	 * one that lasted less than keep_ratio keeps its size,
 	 * an older one shrinks by half at most, so a steady churn settles on
 	 * one size.  (The scan and copy are left out: they grow with the
 	 * table, and half a table's worth of inserts pays for them whatever
 	 * its size.) */
 	age = start - t->built_ns;
-	if (age < KVP_SEQMAP_DOUBLE * gp)
+	if (age < map->grow_ratio * gp)
 		floor = 2 * (t->mask + 1);
-	else if (age < KVP_SEQMAP_KEEP * gp)
+	else if (age < map->keep_ratio * gp)
 		floor = t->mask + 1;
 	else
 		floor = (t->mask + 1) / 2;
@@ -363,7 +368,7 @@ static int rebuild(struct seqmap *map, struct seqmap_table *t, bool shrink)
 		if (atomic_load_explicit(&t->slots[i].val,
 					 memory_order_relaxed))
 			live++;
-	nt = table_new(rebuild_slots(t, live, shrink, start, gp));
+	nt = table_new(rebuild_slots(map, t, live, shrink, start, gp));
 	if (!nt) {
 		/* Release: pairs with the writers' acquire of the flag. */
 		atomic_store_explicit(&t->frozen, 0, memory_order_release);
@@ -506,7 +511,7 @@ bool seqmap_remove(struct seqmap *map, uint64_t id, void *v)
 	done = sl && atomic_compare_exchange_strong_explicit(
 			     &sl->val, &v, NULL, memory_order_relaxed,
 			     memory_order_relaxed);
-	shrink = done && count_remove(t, seq_hash(id));
+	shrink = done && count_remove(map, t, seq_hash(id));
 	kvp_rcu_read_unlock();
 	/* Not from inside a caller's read-side section (a destruction
 	 * empties its map in one): its grace period would wait for us. */

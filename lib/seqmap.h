@@ -32,6 +32,10 @@ struct seqmap {
 	_Atomic(void *) zero;
 	/* Rebuilds so far (relaxed: tests and statistics). */
 	_Atomic uint64_t rebuilds;
+	/* The rebuilds' tuning (conf.h), copied by seqmap_init(): read-only
+	 * afterwards. */
+	uint32_t grow_ratio, keep_ratio;
+	uint64_t period_ns;
 };
 
 /* 0 or -ENOMEM. */

@@ -1,6 +1,6 @@
 /*
- * kvpool.c - the `kvpool` command: `kvpool sim` (tools/sim.c) and
- * `kvpool bench` (tools/bench.c).  See kvpool(1).
+ * kvpool.c - the `kvpool` command: `kvpool sim` (tools/sim.c),
+ * `kvpool bench` (tools/bench.c) and `kvpool conf` (here).  See kvpool(1).
  */
 #include <errno.h>
 #include <stdbool.h>
@@ -33,6 +33,8 @@ static void usage(FILE *f)
 		"  bench   pool, sequence and prefix benchmarks against "
 		"mutex, lock-free\n"
 		"          and allocator peers, over a thread sweep\n"
+		"  conf    print the configuration in effect (KVP_CONF), one "
+		"key:value a line\n"
 		"\n"
 		"`kvpool <command> --help` lists a command's options; "
 		"kvpool(1) has them all.\n"
@@ -123,6 +125,33 @@ static int output_check(const char *cmd, int rc)
 	return rc ? rc : 1;
 }
 
+/* kvpool conf: the configuration in effect (kvp_conf_write). */
+static int conf_main(int argc, char **argv)
+{
+	int rc;
+
+	if (argc > 1 &&
+	    (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
+		printf("usage: kvpool conf\n"
+		       "Prints the configuration in effect, one key:value a "
+		       "line: the defaults,\n"
+		       "then the environment's KVP_CONF (kvpool(3) lists the "
+		       "keys).\n");
+		return 0;
+	}
+	if (argc > 1) {
+		fprintf(stderr, "kvpool conf: unexpected argument '%s'\n",
+			argv[1]);
+		return 2;
+	}
+	rc = kvp_conf_write(stdout);
+	if (rc) {
+		fprintf(stderr, "kvpool conf: %s\n", kvp_strerror(rc));
+		return 1;
+	}
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 2) {
@@ -146,6 +175,8 @@ int main(int argc, char **argv)
 		return output_check("sim", sim_main(argc - 1, argv + 1));
 	if (!strcmp(argv[1], "bench"))
 		return output_check("bench", bench_main(argc - 1, argv + 1));
+	if (!strcmp(argv[1], "conf"))
+		return output_check("conf", conf_main(argc - 1, argv + 1));
 	fprintf(stderr, "kvpool: unknown command '%s'\n", argv[1]);
 	usage(stderr);
 	return 2;
