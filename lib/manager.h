@@ -29,7 +29,6 @@ struct kvp_manager {
 	enum kvp_policy policy;
 	float eviction_threshold, watermark;
 	uint32_t flags;
-	char name[KVP_NAME_MAX]; /* kvp_manager_name */
 	struct seqmap map;
 	/* Its place in the registry of managers (seqslab.c). */
 	struct seqslab seqs;
@@ -39,6 +38,8 @@ struct kvp_manager {
 	/* KVP_PREFIX_CACHE: the prefix cache (prefix.c's; zeroed and unused
 	 * otherwise). */
 	struct prefix_cache prefix;
+	/* Cold, so last: the hot fields above keep their places. */
+	char name[KVP_NAME_MAX]; /* kvp_manager_name */
 };
 
 /* The pool m allocates from. */

@@ -16,13 +16,5 @@ py "$s/bindings/python/tests/test_threads.py"
 py "$s/examples/scheduler.py" >/dev/null
 echo "python: examples/scheduler.py ran"
 # The README's example, as written.
-tmp=$(mktemp)
-trap 'rm -f "$tmp"' EXIT
-sed -n '/^## Using kvpool from Python/,/^## /p' "$s/README.md" |
-	sed -n '/^```python$/,/^```$/p' | sed '1d;$d' >"$tmp"
-if [ ! -s "$tmp" ]; then
-	echo "test: README.md has no Python example" >&2
-	exit 1
-fi
-py "$tmp" >/dev/null
+readme_python "Using kvpool from Python"
 echo "python: the README's example ran"

@@ -13,13 +13,5 @@ fi
 set -e
 py "$s/bindings/python/tests/test_metrics.py"
 # The README's collector example, as written.
-tmp=$(mktemp)
-trap 'rm -f "$tmp"' EXIT
-sed -n '/^## Metrics for Prometheus/,/^## /p' "$s/README.md" |
-	sed -n '/^```python$/,/^```$/p' | sed '1d;$d' >"$tmp"
-if [ ! -s "$tmp" ]; then
-	echo "test_metrics: README.md has no Python metrics example" >&2
-	exit 1
-fi
-py "$tmp"
+readme_python "Metrics for Prometheus"
 echo "metrics: the README's collector example ran"
