@@ -4,11 +4,14 @@
  * text), as a Prometheus server would take them from the scheduler's
  * process.
  *
- * --metrics-every N: whichever scheduler thread makes the replay's
- * k*N-th step (all threads' steps counted together) writes FILE.k, one
- * complete scrape.  A failed write is remembered (the first one), no
- * further periodic scrape is written, and sim_metrics_final() reports it
- * after the replay: the scheduler threads never exit the process.
+ * --metrics-every N: whichever scheduler thread makes a multiple of N
+ * steps (all threads' steps counted together) writes the next scrape.
+ * The scrapes are numbered and written under a lock, so FILE.1, FILE.2,
+ * ... are in the order they were taken (two threads crossing multiples at
+ * once could otherwise write an earlier state under a later number).  A
+ * failed write is remembered (the first one), no further periodic scrape
+ * is written, and sim_metrics_final() reports it after the replay: the
+ * scheduler threads never exit the process.
  * --metrics: the final scrape, after the replay, into FILE.  Only the
  * kvpool peer is scraped (the mutex peer has no metrics).
  */
@@ -45,31 +48,28 @@ void sim_metrics_step(struct run *r)
 	/* Relaxed: a count; the scrape reads the library's own state. */
 	k = atomic_fetch_add_explicit(&r->metrics_steps, 1,
 				      memory_order_relaxed) + 1;
-	if (k % n != 0 ||
-	    atomic_load_explicit(&r->metrics_err, memory_order_relaxed))
+	if (k % n != 0)
 		return;
-	k /= n;
-	if (snprintf(path, sizeof(path), "%s.%llu", r->o->metrics,
-		     (unsigned long long)k) >= (int)sizeof(path))
-		err = -ENAMETOOLONG;
-	else
-		err = write_scrape(r, path);
-	if (err) {
-		int none = 0;
-
-		/* The first failure is the one reported. */
-		if (atomic_compare_exchange_strong(&r->metrics_err, &none, err))
+	pthread_mutex_lock(&r->metrics_lock);
+	if (!r->metrics_err) {
+		k = ++r->metrics_written;
+		if (snprintf(path, sizeof(path), "%s.%llu", r->o->metrics,
+			     (unsigned long long)k) >= (int)sizeof(path))
+			err = -ENAMETOOLONG;
+		else
+			err = write_scrape(r, path);
+		if (err) {
+			r->metrics_err = err; /* the first failure */
 			r->metrics_err_at = k;
-		return;
+		}
 	}
-	atomic_fetch_add_explicit(&r->metrics_written, 1,
-				  memory_order_relaxed);
+	pthread_mutex_unlock(&r->metrics_lock);
 }
 
 /* sim_run.h */
 void sim_metrics_final(struct run *r)
 {
-	int err = atomic_load(&r->metrics_err);
+	int err = r->metrics_err; /* the threads are joined */
 
 	if (err) {
 		fprintf(stderr, "kvpool sim: --metrics-every: writing %s.%llu: "

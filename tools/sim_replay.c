@@ -271,7 +271,10 @@ void sim_replay(const struct sim_opts *o, const struct workload *w,
 		struct sim_result *res)
 {
 	struct run *r = bench_aligned_zalloc(sizeof(*r));
+	int rc = pthread_mutex_init(&r->metrics_lock, NULL);
 
+	if (rc != 0)
+		bench_die("pthread_mutex_init: %s", strerror(rc));
 	r->o = o;
 	r->w = w;
 	r->peer = peer;
@@ -296,6 +299,7 @@ void sim_replay(const struct sim_opts *o, const struct workload *w,
 		sim_metrics_final(r);
 	verify(r);
 	destroy(r);
+	pthread_mutex_destroy(&r->metrics_lock);
 	free(r->retained);
 	free(r);
 }

@@ -43,12 +43,13 @@ struct run {
 	pthread_barrier_t start;
 	_Alignas(BENCH_CACHE_LINE) _Atomic uint32_t finished;
 	_Alignas(BENCH_CACHE_LINE) _Atomic uint64_t t0, t1;
-	/* --metrics-every (sim_metrics.c): all threads' steps, the scrapes
-	 * written, the first failure (a negative errno) and its index. */
+	/* --metrics-every (sim_metrics.c): all threads' steps; under
+	 * metrics_lock, the scrapes written, the first failure (a negative
+	 * errno) and its number. */
 	_Alignas(BENCH_CACHE_LINE) _Atomic uint64_t metrics_steps;
-	_Atomic uint64_t metrics_written;
-	_Atomic int metrics_err;
-	uint64_t metrics_err_at; /* written by the failure's CAS winner */
+	pthread_mutex_t metrics_lock;
+	uint64_t metrics_written, metrics_err_at;
+	int metrics_err;
 };
 
 /* Makes the queues and starts o->threads scheduler threads over r (its
