@@ -43,12 +43,6 @@ static const struct mtext_family f_ring_bytes = {
 	"kvpool_events_replay_ring_bytes", MTEXT_GAUGE, "bytes",
 	"Bytes of the batches the replay ring holds."};
 
-static void one(struct mtext *mt, const struct mtext_family *f, uint64_t v)
-{
-	mtext_family(mt, f);
-	mtext_sample(mt, f, NULL, 0, v);
-}
-
 static int render(struct kvp_pub *pub, uint32_t flags, struct mtext *mt)
 {
 	struct kvp_pub_stats st;
@@ -57,15 +51,15 @@ static int render(struct kvp_pub *pub, uint32_t flags, struct mtext *mt)
 		return -EINVAL;
 	kvp_pub_stats(pub, &st);
 	mtext_init(mt, !(flags & KVP_METRICS_PROMETHEUS));
-	one(mt, &f_published, st.events - st.dropped);
-	one(mt, &f_dropped, st.dropped);
-	one(mt, &f_batches, st.batches);
-	one(mt, &f_threads, st.threads);
-	one(mt, &f_served, st.replay_requests);
-	one(mt, &f_cut, st.replays_cut);
-	one(mt, &f_ignored, st.replay_ignored);
-	one(mt, &f_ring_batches, st.ring_batches);
-	one(mt, &f_ring_bytes, st.ring_bytes);
+	mtext_single(mt, &f_published, st.events - st.dropped);
+	mtext_single(mt, &f_dropped, st.dropped);
+	mtext_single(mt, &f_batches, st.batches);
+	mtext_single(mt, &f_threads, st.threads);
+	mtext_single(mt, &f_served, st.replay_requests);
+	mtext_single(mt, &f_cut, st.replays_cut);
+	mtext_single(mt, &f_ignored, st.replay_ignored);
+	mtext_single(mt, &f_ring_batches, st.ring_batches);
+	mtext_single(mt, &f_ring_bytes, st.ring_bytes);
 	if (!(flags & KVP_METRICS_NO_EOF))
 		mtext_eof(mt);
 	return 0;

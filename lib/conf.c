@@ -220,21 +220,19 @@ unsigned conf_parse(struct conf *c, const char *source, const char *s,
 	if (!*p)
 		return 0;
 	for (p = s;;) {
-		const char *e = strchr(p, ','), *q = p;
+		const char *comma = strchr(p, ','), *q = p, *e;
 		char why[128];
 
-		if (!e)
-			e = p + strlen(p);
+		e = comma ? comma : p + strlen(p);
 		trim(&q, &e);
 		if (!apply_pair(c, q, e, why, sizeof(why))) {
 			rejected++;
 			if (report)
 				report(arg, source, q, (size_t)(e - q), why);
 		}
-		p = strchr(p, ',');
-		if (!p)
+		if (!comma)
 			return rejected;
-		p++;
+		p = comma + 1;
 	}
 }
 

@@ -151,6 +151,14 @@ KVP_API void kvp_manager_destroy(struct kvp_manager *m)
 	kvp_pool_unref(pool);
 }
 
+/* Hits over queries, 0 with no queries. */
+static double hit_rate(const struct kvp_stats *st)
+{
+	return st->prefix_queries ? (double)st->prefix_hits /
+					    (double)st->prefix_queries
+				  : 0.0;
+}
+
 KVP_API void kvp_manager_stats(struct kvp_manager *m, struct kvp_stats *st)
 {
 	uint64_t used, total, sum[STAT_FIELDS];
@@ -176,16 +184,10 @@ KVP_API void kvp_manager_stats(struct kvp_manager *m, struct kvp_stats *st)
 	st->bytes_per_block = m->pool->block_bytes;
 	st->prefix_queries = STAT_OF(sum, prefix_queries);
 	st->prefix_hits = STAT_OF(sum, prefix_hits);
-	st->prefix_hit_rate = st->prefix_queries
-				      ? (double)st->prefix_hits /
-						(double)st->prefix_queries
-				      : 0.0;
-	prefix_cache_stats(&m->prefix, &st->prefix_cached_blocks,
-			   &st->prefix_evictions, &st->prefix_pinned,
-			   &st->retention_clock);
+	st->prefix_hit_rate = hit_rate(st);
+	prefix_cache_stats(&m->prefix, st);
 	st->prefix_commits = STAT_OF(sum, prefix_commits);
 	st->prefix_uncached = STAT_OF(sum, prefix_uncached);
-	st->events = prefix_cache_events(&m->prefix);
 }
 
 KVP_API uint64_t kvp_manager_id(const struct kvp_manager *m)
@@ -229,10 +231,7 @@ KVP_API void kvp_stats_add(struct kvp_stats *acc, const struct kvp_stats *st)
 		max_u64(acc->bytes_per_block, st->bytes_per_block);
 	acc->prefix_queries += st->prefix_queries;
 	acc->prefix_hits += st->prefix_hits;
-	acc->prefix_hit_rate = acc->prefix_queries
-				       ? (double)acc->prefix_hits /
-						 (double)acc->prefix_queries
-				       : 0.0;
+	acc->prefix_hit_rate = hit_rate(acc);
 	acc->prefix_cached_blocks += st->prefix_cached_blocks;
 	acc->prefix_commits += st->prefix_commits;
 	acc->prefix_evictions += st->prefix_evictions;

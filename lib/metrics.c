@@ -141,17 +141,13 @@ static void render_pool(struct mtext *mt, struct kvp_pool *pool)
 	mtext_sample(mt, &f_blocks, &state, 1, st.evictable);
 	state.value = "used";
 	mtext_sample(mt, &f_blocks, &state, 1, st.used);
-	mtext_family(mt, &f_capacity);
-	mtext_sample(mt, &f_capacity, NULL, 0, st.total);
+	mtext_single(mt, &f_capacity, st.total);
 	mtext_family(mt, &f_usage);
 	mtext_sample_real(mt, &f_usage, NULL, 0,
 			  st.total ? (double)st.used / (double)st.total : 0);
-	mtext_family(mt, &f_peak);
-	mtext_sample(mt, &f_peak, NULL, 0, st.peak_used);
-	mtext_family(mt, &f_threads);
-	mtext_sample(mt, &f_threads, NULL, 0, st.threads);
-	mtext_family(mt, &f_reclaims);
-	mtext_sample(mt, &f_reclaims, NULL, 0, st.cache_evictions);
+	mtext_single(mt, &f_peak, st.peak_used);
+	mtext_single(mt, &f_threads, st.threads);
+	mtext_single(mt, &f_reclaims, st.cache_evictions);
 }
 
 /* The managers' families, each with one sample per manager. */

@@ -148,6 +148,13 @@ void mtext_sample_real(struct mtext *mt, const struct mtext_family *f,
 	putf(mt, "%.9g\n", value);
 }
 
+void mtext_single(struct mtext *mt, const struct mtext_family *f,
+		  uint64_t value)
+{
+	mtext_family(mt, f);
+	mtext_sample(mt, f, NULL, 0, value);
+}
+
 void mtext_eof(struct mtext *mt)
 {
 	if (mt->openmetrics)

@@ -54,6 +54,9 @@ void mtext_sample(struct mtext *mt, const struct mtext_family *f,
 void mtext_sample_real(struct mtext *mt, const struct mtext_family *f,
 		       const struct mtext_label *labels, size_t nlabels,
 		       double value);
+/* A family with one unlabelled sample: its lines and the sample. */
+void mtext_single(struct mtext *mt, const struct mtext_family *f,
+		  uint64_t value);
 /* "# EOF" (OpenMetrics only). */
 void mtext_eof(struct mtext *mt);
 /* The first error (0: mt->buf[0..len) holds the text, NUL after it). */

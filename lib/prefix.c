@@ -1292,20 +1292,18 @@ void prefix_set_event_sink(struct prefix_cache *pc, kvp_event_cb cb,
 	pc->event_arg = cb ? arg : NULL;
 }
 
-uint64_t prefix_cache_events(struct prefix_cache *pc)
+void prefix_cache_stats(struct prefix_cache *pc, struct kvp_stats *st)
 {
 	/* Relaxed: statistics. */
-	return atomic_load_explicit(&pc->event_seq, memory_order_relaxed);
-}
-
-void prefix_cache_stats(struct prefix_cache *pc, uint64_t *cached,
-			uint64_t *evictions, uint64_t *pinned, uint64_t *clock)
-{
-	/* Relaxed: statistics. */
-	*clock = atomic_load_explicit(&pc->retain_now, memory_order_relaxed);
-	*cached = atomic_load_explicit(&pc->cached, memory_order_relaxed);
-	*evictions = atomic_load_explicit(&pc->evictions, memory_order_relaxed);
-	*pinned = atomic_load_explicit(&pc->pinned, memory_order_relaxed);
+	st->retention_clock =
+		atomic_load_explicit(&pc->retain_now, memory_order_relaxed);
+	st->prefix_cached_blocks =
+		atomic_load_explicit(&pc->cached, memory_order_relaxed);
+	st->prefix_evictions =
+		atomic_load_explicit(&pc->evictions, memory_order_relaxed);
+	st->prefix_pinned =
+		atomic_load_explicit(&pc->pinned, memory_order_relaxed);
+	st->events = atomic_load_explicit(&pc->event_seq, memory_order_relaxed);
 }
 
 /*

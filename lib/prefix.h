@@ -84,12 +84,10 @@ void prefix_cache_fini(struct prefix_cache *pc);
 /* Where pc reports its events (cb NULL: nowhere); before concurrent use. */
 void prefix_set_event_sink(struct prefix_cache *pc, kvp_event_cb cb,
 			   void *arg);
-/* Events pc handed to its sink (a relaxed read). */
-uint64_t prefix_cache_events(struct prefix_cache *pc);
-/* Cached blocks of pc, how many evictions took, how many are pinned,
- * its retention clock (relaxed reads). */
-void prefix_cache_stats(struct prefix_cache *pc, uint64_t *cached,
-			uint64_t *evictions, uint64_t *pinned, uint64_t *clock);
+/* Fills st's fields of pc (relaxed reads): the blocks it caches, how many
+ * evictions took, how many are pinned, its retention clock, and the
+ * events it handed to its sink. */
+void prefix_cache_stats(struct prefix_cache *pc, struct kvp_stats *st);
 
 /*
  * Takes a reference on the blocks caching hashes[0..n), as long as they
