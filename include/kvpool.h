@@ -59,6 +59,36 @@ extern "C" {
 KVP_API const char *kvp_strerror(int err);
 
 /*
+ * Details of the calling thread's last -ENOSPC, for callers that report
+ * more than the errno (a scheduler deciding how much to preempt, a
+ * binding's error type).  Every public call that returns -ENOSPC records
+ * them, per thread, just before it returns; no other call touches the
+ * record, so read it right after the failing call.  Two kinds:
+ *  - not enough blocks (kvp_pool_alloc, kvp_seq_create, kvp_seq_append
+ *    and _ex and _batch, kvp_seq_create_cached): `requested` is the
+ *    blocks the call needed at once, `available` the blocks it could
+ *    have had when it gave up (free, parked in thread caches, and idle
+ *    cached blocks it could evict): a recent count, not a snapshot,
+ *    while other threads run;
+ *  - a caller's buffer too small (kvp_seq_blocks, kvp_manager_seqs, the
+ *    exports, kvp_metrics_format, a copy-on-write with cow_cap 0):
+ *    `requested` is the entries needed, `available` the buffer's cap.
+ */
+struct kvp_error_info {
+	int err;	    /* -ENOSPC */
+	uint32_t buffer;    /* 1: a buffer was too small; 0: blocks */
+	uint64_t requested; /* blocks (or entries) the call needed */
+	uint64_t available; /* blocks it could have had (or the cap) */
+};
+
+/*
+ * Copies the calling thread's last -ENOSPC details into *out.  Returns 0,
+ * -ENOENT if no call of this thread returned -ENOSPC yet, -EINVAL for a
+ * NULL out.  Thread-safe (each thread has its own record).
+ */
+KVP_API int kvp_last_error(struct kvp_error_info *out);
+
+/*
  * Runtime tuning, as jemalloc's MALLOC_CONF: a string of `key:value`
  * pairs separated by commas (kvpool(3) lists the keys, their ranges and
  * defaults).  It is read once, when the first pool is created (or the
@@ -102,9 +132,17 @@ struct kvp_layout {
 #define KVP_POOL_ZERO (1u << 0)    /* zero a block's data when allocated */
 #define KVP_POOL_NOCACHE (1u << 1) /* no per-thread caches: every call
 				      goes to the global lock-free stack */
+/* A data-owning pool keeps one vector per token and layer (K only; a
+ * single-vector cache such as an MLA latent or a plain activation
+ * cache): a block is [layer][token][head][dim], half the bytes, and the
+ * data calls take and give V as NULL. */
+#define KVP_POOL_K_ONLY (1u << 2)
 
 struct kvp_pool_config {
-	uint32_t num_blocks;   /* 1 .. KVP_MAX_BLOCKS */
+	/* 0 .. KVP_MAX_BLOCKS.  0 is an empty pool (a device with no KV
+	 * memory): every allocation of one block or more fails with
+	 * -ENOSPC, sequences of 0 tokens work. */
+	uint32_t num_blocks;
 	uint32_t block_tokens; /* tokens per block, >= 1 */
 	/*
 	 * Per-thread cache capacity in blocks; 0 = automatic:
@@ -127,9 +165,10 @@ struct kvp_pool;
 
 /*
  * Creates a pool of cfg->num_blocks free blocks and stores it in *out with
- * one reference.  Errors: -EINVAL (NULL argument, num_blocks 0 or above
+ * one reference.  Errors: -EINVAL (NULL argument, num_blocks above
  * KVP_MAX_BLOCKS, block_tokens 0, cache_blocks too large, unknown flag,
- * invalid layout or a data size that overflows), -ENOMEM.
+ * KVP_POOL_K_ONLY without a layout, invalid layout or a data size that
+ * overflows), -ENOMEM.
  */
 KVP_API int kvp_pool_create(const struct kvp_pool_config *cfg,
 			    struct kvp_pool **out);
@@ -199,6 +238,17 @@ KVP_API size_t kvp_block_bytes(const struct kvp_pool *pool);
 
 /* Tokens per block (0 for a NULL pool). */
 KVP_API uint32_t kvp_pool_block_tokens(const struct kvp_pool *pool);
+
+/*
+ * The pool's configuration as in effect: num_blocks, block_tokens,
+ * cache_blocks (the per-thread capacity chosen, 0 for none), device_id,
+ * flags, and the layout, copied into *layout with out->layout pointing
+ * to it (NULL for an ID-only pool; layout may then be NULL).  Errors:
+ * -EINVAL (NULL pool or out, or NULL layout for a data-owning pool).
+ */
+KVP_API int kvp_pool_get_config(const struct kvp_pool *pool,
+				struct kvp_pool_config *out,
+				struct kvp_layout *layout);
 
 struct kvp_pool_stats {
 	uint64_t total;		   /* num_blocks */
@@ -311,13 +361,13 @@ struct kvp_manager_config {
 	struct kvp_pool *pool; /* the manager takes its own reference */
 	enum kvp_policy policy;
 	/* Utilisation (used / total blocks) at which eviction is due, in
-	 * (0, 1]; 0 = the default 0.9.  kvp_evict_until() with a negative
-	 * target uses it. */
+	 * [0, 1]; 0 = the default 0.9 unless flags has KVP_EXACT_LIMITS.
+	 * kvp_evict_until() with a negative target uses it. */
 	float eviction_threshold;
 	/* Fraction of the pool kept free at admission, in [0, 1); 0 = the
-	 * default 0.01.  Use a tiny positive value for none. */
+	 * default 0.01 unless flags has KVP_EXACT_LIMITS. */
 	float watermark;
-	uint32_t flags; /* KVP_PREFIX_CACHE or 0 */
+	uint32_t flags; /* KVP_PREFIX_CACHE, KVP_EXACT_LIMITS */
 	/* Retention: at most this many of the manager's cached blocks are
 	 * pinned (KVP_RETAIN_PIN) at once; 0 = the default, a quarter of
 	 * the pool's blocks.  At most the pool's size. */
@@ -334,6 +384,11 @@ struct kvp_manager_config {
 
 /* Manager flags. */
 #define KVP_PREFIX_CACHE (1u << 0) /* hash -> block prefix cache */
+/* eviction_threshold and watermark are taken as given, 0 included: a
+ * threshold of 0 makes eviction due as soon as one block is used, a
+ * watermark of 0 keeps no block free at admission.  Without the flag a
+ * 0 in either field means its default, as it always has. */
+#define KVP_EXACT_LIMITS (1u << 1)
 
 struct kvp_manager;
 
@@ -352,6 +407,37 @@ KVP_API int kvp_manager_create(const struct kvp_manager_config *cfg,
  */
 KVP_API void kvp_manager_destroy(struct kvp_manager *m);
 
+/*
+ * The manager's configuration as in effect: its pool (no reference is
+ * taken), its current policy, the threshold and watermark in use
+ * (defaults resolved), its flags, max_pinned in use (0 without prefix
+ * caching) and its name (pointing into the manager: valid while it
+ * lives).  Errors: -EINVAL (NULL argument).  Thread-safe.
+ */
+KVP_API int kvp_manager_get_config(const struct kvp_manager *m,
+				   struct kvp_manager_config *out);
+
+/*
+ * Changes the policy by which kvp_evict, kvp_evict_until and
+ * kvp_evict_peek choose victims, on a manager that may hold sequences and
+ * be in use by other threads: choices that start after the call use the
+ * new policy.  Errors: -EINVAL (NULL manager, unknown policy; nothing
+ * changes).
+ */
+KVP_API int kvp_manager_set_policy(struct kvp_manager *m,
+				   enum kvp_policy policy);
+
+/*
+ * Lists the manager's sequences: their ids to ids[0..*n), in no
+ * particular order.  A sequence alive throughout the call is listed
+ * once; one created or freed during it may or may not be.  If cap is too
+ * small, returns -ENOSPC with the count seen in *n (call again with a
+ * larger buffer: the count may have grown meanwhile).  Errors: -EINVAL
+ * (NULL m or n, ids NULL with cap > 0), -ENOSPC.
+ */
+KVP_API int kvp_manager_seqs(struct kvp_manager *m, uint64_t *ids,
+			     uint32_t cap, uint32_t *n);
+
 /* A copy the engine must perform: block src's first `tokens` token slots
  * into block dst (copy-on-write of a shared, partially filled block). */
 struct kvp_copy {
@@ -361,7 +447,9 @@ struct kvp_copy {
 /*
  * Creates sequence `seq` holding num_tokens tokens (0 allowed), allocating
  * ceil(num_tokens / block_tokens) blocks.  Errors: -EINVAL (NULL manager),
- * -EEXIST (id in use), -ENOSPC (not enough free blocks), -ENOMEM.
+ * -EEXIST (id in use: checked first, whatever num_tokens), -ENOSPC (not
+ * enough free blocks, also when num_tokens needs more blocks than the
+ * pool has), -ENOMEM.
  */
 KVP_API int kvp_seq_create(struct kvp_manager *m, uint64_t seq,
 			   uint32_t num_tokens);
@@ -383,6 +471,46 @@ KVP_API int kvp_seq_create(struct kvp_manager *m, uint64_t seq,
 KVP_API int kvp_seq_append(struct kvp_manager *m, uint64_t seq,
 			   uint32_t num_tokens, struct kvp_copy *cow,
 			   uint32_t cow_cap, uint32_t *ncow);
+
+/* What an append did (kvp_seq_append_ex). */
+struct kvp_append_info {
+	/* The block holding the sequence's last token after the append
+	 * (KVP_NO_BLOCK if it holds none): the new token's slot is
+	 * last_block * block_tokens + (num_tokens - 1) % block_tokens. */
+	uint32_t last_block;
+	uint32_t num_tokens; /* the sequence's token count after it */
+	/* Blocks it allocated: new table entries, plus a copy-on-write's
+	 * destination. */
+	uint32_t new_blocks;
+};
+
+#define KVP_NO_BLOCK UINT32_MAX
+
+/*
+ * kvp_seq_append, reporting in *info (not NULL) which block took the last
+ * token and how many blocks were allocated.  Errors as kvp_seq_append,
+ * and -EINVAL for a NULL info; on error *info is unchanged.
+ */
+KVP_API int kvp_seq_append_ex(struct kvp_manager *m, uint64_t seq,
+			      uint32_t num_tokens, struct kvp_copy *cow,
+			      uint32_t cow_cap, uint32_t *ncow,
+			      struct kvp_append_info *info);
+
+/*
+ * Makes room in the block table of `seq` for num_tokens tokens in all,
+ * so that appends up to that count allocate no host memory (they still
+ * take their blocks from the pool, as any append does).  A count at or
+ * below the sequence's own is a no-op.  The room is the sequence's, used
+ * by whichever thread appends; it lasts until the sequence is freed or
+ * its table shrinks (kvp_seq_truncate or kvp_seq_stream_trim freeing a
+ * block), and a fork does not inherit it.  If a fork shares the
+ * sequence's last partly filled run of its table, the run is copied now
+ * rather than at the next append.  Errors: -EINVAL (NULL manager),
+ * -ENOENT, -ENOSPC (more blocks than the pool has; nothing changes),
+ * -ENOMEM (nothing changes).
+ */
+KVP_API int kvp_seq_reserve(struct kvp_manager *m, uint64_t seq,
+			    uint32_t num_tokens);
 
 /*
  * Appends num_tokens[i] token slots (one each if num_tokens is NULL) to
@@ -406,7 +534,9 @@ KVP_API int kvp_seq_append_batch(struct kvp_manager *m, const uint64_t *seqs,
 /*
  * Creates sequence dst sharing all of src's blocks (one more reference on
  * each) and its token count; priority is inherited, access counters start
- * afresh.  Errors: -EINVAL, -ENOENT (src unknown, or freed concurrently),
+ * afresh.  A fork counts as an access of src: src's access_count grows
+ * and its last_access moves to now, so LRU and LFU preempt the source
+ * after its fresh forks, not before.  Errors: -EINVAL, -ENOENT (src unknown, or freed concurrently),
  * -EEXIST (dst in use, including dst == src), -EOVERFLOW (a block would
  * exceed KVP_MAX_REFS), -ENOMEM.
  */
@@ -487,6 +617,15 @@ KVP_API int kvp_admit(struct kvp_manager *m, uint32_t num_tokens);
  * victim twice.  Errors: -EINVAL, -ENOENT (no sequence left).
  */
 KVP_API int kvp_evict(struct kvp_manager *m, uint64_t *victim);
+
+/*
+ * Names the sequence kvp_evict would choose now, in *victim, without
+ * evicting it: for schedulers that decide before they act.  Advice only,
+ * as kvp_admit: another thread's append, fork or free may change the
+ * choice before the next call.  Errors: -EINVAL (NULL argument), -ENOENT
+ * (no sequence).
+ */
+KVP_API int kvp_evict_peek(struct kvp_manager *m, uint64_t *victim);
 
 #define KVP_EVICT_PARTIAL 1
 
@@ -980,9 +1119,11 @@ KVP_API int kvp_manager_set_event_cb(struct kvp_manager *m, kvp_event_cb cb,
 
 /*
  * A data-owning pool (created with a layout) stores each block as
- * [layer][K,V][token][head][dim] elements of the layout's dtype.  One
- * token's K (or V) for one layer is a row of num_kv_heads * head_dim
- * elements.
+ * [layer][K,V][token][head][dim] elements of the layout's dtype
+ * ([layer][token][head][dim] with KVP_POOL_K_ONLY).  One token's K (or
+ * V) for one layer is a row of num_kv_heads * head_dim elements.  A
+ * K_ONLY pool has no V: its data calls take V (v, v_out) as NULL, and a
+ * non-NULL V is -EINVAL; any other pool needs both.
  *
  * Writes go only to blocks the sequence holds alone: writing into a block
  * shared with a fork would change the fork's data too, so it fails with
