@@ -59,6 +59,12 @@ echo "rust: $("$cargo" --version) ($("$rustc" --version 2>/dev/null))"
 "$cargo" test --offline --locked --quiet --manifest-path "$crate/Cargo.toml" 2>&1
 "$cargo" run --offline --locked --quiet --manifest-path "$crate/Cargo.toml" \
 	--example rust_paged_cache
+# The migration examples' demos (their tests ran above).
+for ex in from_oxillama from_cjc from_kapsl from_paged_eviction \
+	from_inference_lab; do
+	"$cargo" run --offline --locked --quiet \
+		--manifest-path "$crate/Cargo.toml" --example "$ex" >/dev/null
+done
 # Debian 12's Rust (1.63, the oldest the crate supports) as well, when it
 # is installed beside the cargo used above.
 if [ -x /usr/bin/cargo ] && [ -x /usr/bin/rustc ] &&
