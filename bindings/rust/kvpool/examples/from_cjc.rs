@@ -180,10 +180,7 @@ impl PagedKvCache {
 
     /// All stored tokens as a contiguous `[len, dim]` tensor.
     pub fn as_tensor(&self) -> Tensor {
-        let (k, v) = self
-            .kv
-            .gather::<f64>(SEQ, 0)
-            .expect("the cache's sequence");
+        let (k, v) = self.kv.gather::<f64>(SEQ, 0).expect("the cache's sequence");
         debug_assert!(v.is_empty(), "a K-only pool gathers no V");
         Tensor::from_vec(k, &[self.current_len, self.dim]).expect("gather's shape")
     }

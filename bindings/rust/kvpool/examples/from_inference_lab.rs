@@ -23,8 +23,7 @@ use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use kvpool::{
-    hash_blocks, BlockHash, ErrorKind, HashAlgo, HashKeys, Manager, ManagerConfig, Pool,
-    PoolConfig,
+    hash_blocks, BlockHash, ErrorKind, HashAlgo, HashKeys, Manager, ManagerConfig, Pool, PoolConfig,
 };
 
 pub type BlockId = u32;
@@ -212,7 +211,10 @@ fn main() {
     let mut first = Request::with_prompt("a".into(), 0.0, system.clone(), 32);
     let mut second = Request::with_prompt("b".into(), 0.1, system, 32);
     println!("first: {} tokens cached", m.check_prefix_cache(&mut first));
-    println!("second: {} tokens cached", m.check_prefix_cache(&mut second));
+    println!(
+        "second: {} tokens cached",
+        m.check_prefix_cache(&mut second)
+    );
     println!(
         "hits {}, misses {}, {} of {} blocks free, utilization {:.3}",
         m.num_prefix_cache_hits,
@@ -260,7 +262,10 @@ mod tests {
         assert_eq!(manager.num_free_blocks(), 7);
         request.kv_blocks.extend(more);
         request.num_computed_tokens = 48;
-        assert_eq!(manager.allocate_blocks(&request, 0).unwrap(), Vec::<BlockId>::new());
+        assert_eq!(
+            manager.allocate_blocks(&request, 0).unwrap(),
+            Vec::<BlockId>::new()
+        );
         assert_eq!(manager.kv.blocks(request.seq).unwrap(), request.kv_blocks);
     }
 
@@ -357,7 +362,10 @@ mod tests {
         manager.allocate_blocks(&r, 33).unwrap();
         assert_eq!(manager.check_prefix_cache(&mut r), 0);
         assert_eq!(
-            (manager.num_prefix_cache_hits, manager.num_prefix_cache_misses),
+            (
+                manager.num_prefix_cache_hits,
+                manager.num_prefix_cache_misses
+            ),
             (0, 0)
         );
         assert!(r.kv_blocks.is_empty());

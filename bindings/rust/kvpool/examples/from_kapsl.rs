@@ -35,7 +35,8 @@ impl BlockAllocator {
     /// `total_blocks` blocks (0 allowed: a device with no KV memory) of
     /// `block_size` tokens.
     pub fn new(total_blocks: usize, block_size: usize, device_id: usize) -> Self {
-        let cfg = PoolConfig::new(total_blocks as u32, block_size as u32).device_id(device_id as i32);
+        let cfg =
+            PoolConfig::new(total_blocks as u32, block_size as u32).device_id(device_id as i32);
         Self {
             pool: Pool::new(&cfg).expect("BlockAllocator::new: kvpool refused the pool"),
         }
@@ -334,7 +335,11 @@ mod tests {
         }
         assert!(m.allocate(1).is_none());
         assert!(m.allocate(2).is_none());
-        assert_eq!(m.blocks_for_sequence(1), 3, "a failed allocate changes nothing");
+        assert_eq!(
+            m.blocks_for_sequence(1),
+            3,
+            "a failed allocate changes nothing"
+        );
     }
 
     #[test]

@@ -179,15 +179,11 @@ impl PagedKvCache {
             block_size,
             num_heads,
             head_dim,
-            kv: Self::manager(&pool, 0.9),
+            kv: Manager::new(&pool, &ManagerConfig::default().eviction_threshold(0.9))
+                .expect("a manager"),
             eviction_strategy: EvictionStrategy::default(),
             eviction_threshold: 0.9,
         }
-    }
-
-    fn manager(pool: &Pool, threshold: f64) -> Manager {
-        let cfg = ManagerConfig::default().eviction_threshold(threshold as f32);
-        Manager::new(pool, &cfg).expect("a manager")
     }
 
     /// Changes the strategy; the cache may hold sequences.
@@ -210,10 +206,11 @@ impl PagedKvCache {
             "with_eviction_threshold on a cache in use"
         );
         self.eviction_threshold = threshold.clamp(0.0, 1.0);
-        self.kv = Self::manager(self.kv.pool(), self.eviction_threshold);
-        self.kv
-            .set_policy(self.eviction_strategy.policy())
-            .expect("a known policy");
+        let cfg = self
+            .kv
+            .config()
+            .eviction_threshold(self.eviction_threshold as f32);
+        self.kv = Manager::new(self.kv.pool(), &cfg).expect("a manager");
         self
     }
 
@@ -517,7 +514,10 @@ mod tests {
             sink_tokens: 4,
             window_tokens: 32,
         });
-        assert_eq!(c.eviction_strategy().to_string(), "StreamingLLM(sink=4, window=32)");
+        assert_eq!(
+            c.eviction_strategy().to_string(),
+            "StreamingLLM(sink=4, window=32)"
+        );
         three(&mut c);
         c.append(1, 0).unwrap();
         assert_eq!(c.select_eviction_target(), Some(2));
@@ -532,7 +532,11 @@ mod tests {
             after.block_ids,
             vec![before[0], before[4], before[5], before[6]]
         );
-        assert_eq!(c.apply_streaming_llm(9, 4, 32), Ok(0), "nothing left between");
+        assert_eq!(
+            c.apply_streaming_llm(9, 4, 32),
+            Ok(0),
+            "nothing left between"
+        );
         c.allocate(10, 20).unwrap();
         assert_eq!(c.apply_streaming_llm(10, 0, 0), Ok(16));
         assert_eq!(
@@ -570,6 +574,7 @@ mod tests {
         // Accesses: 1 -> 3, 2 -> 3, 3 -> 2.
         assert_eq!(c.select_eviction_target(), Some(3));
         assert_eq!(*c.eviction_strategy(), EvictionStrategy::LFU);
+        assert_eq!(c.kv.policy(), Policy::Lfu);
         assert_eq!(c.num_sequences(), 3);
     }
 
@@ -593,7 +598,10 @@ mod tests {
         let src = c.get_sequence(1).unwrap();
         assert_eq!(c.get_sequence(2).unwrap().block_ids, src.block_ids);
         assert_eq!(c.get_sequence(2).unwrap().num_tokens, 40);
-        let copy = c.append(2, 1).unwrap().expect("the shared partial block is copied");
+        let copy = c
+            .append(2, 1)
+            .unwrap()
+            .expect("the shared partial block is copied");
         assert_eq!(copy.src, src.block_ids[2].0);
         assert_eq!(copy.tokens, 8);
         let forked = c.get_sequence(2).unwrap();
@@ -631,7 +639,11 @@ mod tests {
                 available: 2
             })
         );
-        assert_eq!(c.get_sequence(1).unwrap().num_tokens, 8 * BS, "nothing changed");
+        assert_eq!(
+            c.get_sequence(1).unwrap().num_tokens,
+            8 * BS,
+            "nothing changed"
+        );
         assert_eq!(
             c.allocate(3, 11 * BS),
             Err(PagedKvError::OutOfMemory {
@@ -648,7 +660,9 @@ mod tests {
         c.allocate(1, BS).unwrap();
         assert_eq!(
             c.allocate(1, 100 * BS),
-            Err(PagedKvError::InvalidOperation("Sequence 1 already exists".into()))
+            Err(PagedKvError::InvalidOperation(
+                "Sequence 1 already exists".into()
+            ))
         );
     }
 
@@ -671,7 +685,9 @@ mod tests {
         assert_eq!(c.evict(), Ok(1));
         assert_eq!(
             c.evict(),
-            Err(PagedKvError::InvalidOperation("No sequences to evict".into()))
+            Err(PagedKvError::InvalidOperation(
+                "No sequences to evict".into()
+            ))
         );
         assert_eq!(c.select_eviction_target(), None);
     }
@@ -682,13 +698,16 @@ mod tests {
         assert_eq!(c.kv.eviction_threshold(), 0.0);
         assert!(c.needs_eviction(), "0 >= 0: due even when empty");
         three(&mut c);
-        // The manager's own threshold (a negative target) evicts all.
-        let (victims, met) = c.kv.evict_until(-1.0, 8).unwrap();
+        // Down to the manager's own threshold (None): all of them.
+        let mut victims = Vec::new();
+        assert!(c.kv.evict_until_into(None, 8, &mut victims).unwrap());
         assert_eq!(victims.len(), 3);
-        assert!(met);
         assert_eq!(c.used_block_count(), 0);
-        let c = cache(10).with_eviction_threshold(1.7);
+        let c = cache(10)
+            .with_eviction_strategy(EvictionStrategy::LongestFirst)
+            .with_eviction_threshold(1.7);
         assert_eq!(c.kv.eviction_threshold(), 1.0, "clamped as the seed");
+        assert_eq!(c.kv.policy(), Policy::Longest, "the strategy stays");
     }
 
     #[test]
