@@ -37,7 +37,7 @@ fn id(j: u32) -> u64 {
 }
 
 fn c_append(m: *mut sys::kvp_manager, seq: u64, n: u32) {
-    let mut cow = kvpool::Copy::default();
+    let mut cow = kvpool::BlockCopy::default();
     let mut ncow = u32::MAX;
     // SAFETY: m is live; cow has room for one copy.
     let rc = unsafe { sys::kvp_seq_append(m, seq, n, &mut cow, 1, &mut ncow) };

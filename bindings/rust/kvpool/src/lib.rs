@@ -81,7 +81,7 @@ pub mod sys {
         pub num_tokens: u32,
     }
     pub type kvp_event_cb = Option<unsafe extern "C" fn(*const kvp_event, *mut c_void)>;
-    use super::{BlockHash, Copy as KvpCopy, PoolStats, SeqInfo, Stats};
+    use super::{BlockCopy, BlockHash, PoolStats, SeqInfo, Stats};
 
     extern "C" {
         pub fn kvp_strerror(err: c_int) -> *const c_char;
@@ -110,7 +110,7 @@ pub mod sys {
             m: *mut kvp_manager,
             seq: u64,
             num_tokens: u32,
-            cow: *mut KvpCopy,
+            cow: *mut BlockCopy,
             cow_cap: u32,
             ncow: *mut u32,
         ) -> c_int;
@@ -638,7 +638,7 @@ impl Pool {
 
 /// Element types a data-owning pool's bytes can be viewed as: plain
 /// numbers with no invalid bit patterns.
-pub trait Element: std::marker::Copy + Default + 'static + private::Sealed {}
+pub trait Element: Copy + Default + 'static + private::Sealed {}
 impl Element for f32 {}
 impl Element for f64 {}
 impl Element for u8 {}
@@ -857,7 +857,7 @@ pub struct Retention {
 /// token slots of block src into block dst.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Copy {
+pub struct BlockCopy {
     pub src: u32,
     pub dst: u32,
     pub tokens: u32,
@@ -1101,8 +1101,8 @@ impl Manager {
 
     /// Appends token slots; returns the copy-on-write copy to perform.
     #[inline]
-    pub fn append(&self, seq: u64, num_tokens: u32) -> Result<Option<Copy>> {
-        let mut cow = Copy::default();
+    pub fn append(&self, seq: u64, num_tokens: u32) -> Result<Option<BlockCopy>> {
+        let mut cow = BlockCopy::default();
         let mut ncow = 0u32;
         // SAFETY: cow has room for cow_cap = 1 copy.
         let rc =
