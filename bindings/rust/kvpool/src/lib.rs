@@ -1711,7 +1711,8 @@ impl Manager {
             // of them on success.
             let rc = unsafe { sys::kvp_manager_seqs(self.as_ptr(), ids.as_mut_ptr(), cap, &mut n) };
             if rc == -ENOSPC {
-                ids.reserve(with_slack(n)); // more sequences meanwhile
+                // More sequences meanwhile: room for a few more.
+                ids.reserve(with_slack(n).max(cap as usize + 1));
                 continue;
             }
             check(rc)?;
@@ -1910,7 +1911,8 @@ impl Manager {
             // them on success.
             let rc = unsafe { sys::kvp_seq_blocks(self.as_ptr(), seq, ids.as_mut_ptr(), cap, &mut n) };
             if rc == -ENOSPC {
-                ids.reserve(n as usize); // the count needed
+                // The count needed (more if seq grew meanwhile).
+                ids.reserve((n as usize).max(cap as usize + 1));
                 continue;
             }
             check(rc)?;
