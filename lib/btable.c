@@ -118,6 +118,15 @@ static struct btchunk *chunk_new(void)
 	return chunk_init(&f->c);
 }
 
+/* A private chunk straight from the allocator, for btable_cut (a cut
+ * may need more than a cache holds) and for a table's spares. */
+static struct btchunk *chunk_alloc(void)
+{
+	struct btchunk *c = kvp_malloc_aligned(KVP_CACHELINE, sizeof(*c));
+
+	return c ? chunk_init(c) : NULL;
+}
+
 static void chunk_free(struct btchunk *c)
 {
 	struct chunk_cache *cc = ccache;
@@ -268,12 +277,23 @@ void btable_init(struct btable *t)
 	t->tail = 0;
 	t->chunks = t->inline_chunks;
 	t->ncap = BT_INLINE_CHUNKS;
+	t->spare_end = 0;
+}
+
+/* Frees the spares, which start at chunk index `from` (nchunks as it was
+ * before a shrink changed n). */
+static void spares_drop(struct btable *t, uint32_t from)
+{
+	for (uint32_t j = from; j < t->spare_end; j++)
+		chunk_free(t->chunks[j]);
+	t->spare_end = 0;
 }
 
 void btable_fini(struct btable *t)
 {
 	if (config_debug && t->n)
 		kvp_fatal("btable_fini of a table in use");
+	spares_drop(t, 0);
 	if (t->chunks != t->inline_chunks)
 		kvp_free(t->chunks, (size_t)t->ncap * sizeof(*t->chunks));
 	btable_init(t);
@@ -294,6 +314,13 @@ bool btable_valid(const struct btable *t)
 					  memory_order_relaxed))
 			return false;
 	}
+	if (t->spare_end > t->ncap)
+		return false;
+	for (uint32_t i = k; i < t->spare_end; i++)
+		if (t->chunks[i]->n != 0 ||
+		    atomic_load_explicit(&t->chunks[i]->refs,
+					 memory_order_relaxed) != 1)
+			return false;
 	return true;
 }
 
@@ -310,7 +337,10 @@ static int ptrs_reserve(struct btable *t, uint32_t k)
 	p = kvp_malloc(c * sizeof(*p));
 	if (!p)
 		return -ENOMEM;
-	memcpy(p, t->chunks, (size_t)nchunks(t) * sizeof(*p));
+	/* The chunks in use and the spares after them. */
+	memcpy(p, t->chunks,
+	       (size_t)(t->spare_end > nchunks(t) ? t->spare_end : nchunks(t)) *
+		       sizeof(*p));
 	if (t->chunks != t->inline_chunks)
 		kvp_free(t->chunks, (size_t)t->ncap * sizeof(*t->chunks));
 	t->chunks = p;
@@ -318,9 +348,19 @@ static int ptrs_reserve(struct btable *t, uint32_t k)
 	return 0;
 }
 
+/* Whether the next push goes into a shared, partly filled last chunk,
+ * which it must copy first. */
+static bool last_needs_copy(const struct btable *t)
+{
+	uint32_t have = nchunks(t);
+
+	return have && t->chunks[have - 1]->n < BT_K &&
+	       btchunk_shared(t->chunks[have - 1]);
+}
+
 int btable_reserve(struct btable *t, uint32_t need)
 {
-	uint32_t k = nchunks_for(need), have = nchunks(t), fresh;
+	uint32_t k = nchunks_for(need), have = nchunks(t), from, fresh;
 	int err;
 
 	if (need <= t->n)
@@ -328,9 +368,44 @@ int btable_reserve(struct btable *t, uint32_t need)
 	err = ptrs_reserve(t, k);
 	if (err)
 		return err;
-	/* New chunks, plus a copy of the last one if it is shared. */
-	fresh = k - have + (have != 0);
-	return chunks_reserve(fresh);
+	/* New chunks beyond the spares, plus a copy of the last one if it
+	 * is shared.  None needed: not even the cache's first allocation. */
+	from = have > t->spare_end ? have : t->spare_end;
+	fresh = (k > from ? k - from : 0) + last_needs_copy(t);
+	return fresh ? chunks_reserve(fresh) : 0;
+}
+
+int btable_reserve_own(struct btable *t, struct kvp_pool *pool, uint32_t need,
+		       struct btable_sink *sk)
+{
+	uint32_t k = nchunks_for(need), have = nchunks(t), from;
+	bool copy = last_needs_copy(t);
+	int err;
+
+	if (need <= t->n)
+		return 0;
+	err = ptrs_reserve(t, k);
+	if (!err && copy)
+		err = chunks_reserve(1);
+	if (err)
+		return err;
+	from = have > t->spare_end ? have : t->spare_end;
+	for (uint32_t j = from; j < k; j++) {
+		struct btchunk *c = chunk_alloc();
+
+		if (!c) {
+			while (j-- > from)
+				chunk_mem_free(t->chunks[j]);
+			return -ENOMEM;
+		}
+		t->chunks[j] = c;
+	}
+	if (k > from)
+		t->spare_end = k;
+	if (copy)
+		chunk_unshare(&t->chunks[have - 1], t->chunks[have - 1]->n,
+			      pool, sk);
+	return 0;
 }
 
 /*
@@ -348,8 +423,9 @@ static void chunks_push(struct btable *t, struct kvp_pool *pool, uint32_t m,
 
 		if (take > k)
 			take = k;
-		if (o == 0)
-			*cp = chunk_new();
+		if (o == 0) /* a spare of the table's own, or the cache's */
+			*cp = m / BT_K < t->spare_end ? chunk_init(*cp)
+						      : chunk_new();
 		else if (btchunk_shared(*cp))
 			chunk_unshare(cp, (*cp)->n, pool, sk);
 		if (take == BT_K) /* a whole chunk: a copy of constant size */
@@ -381,6 +457,7 @@ void btable_release(struct btable *t, struct btable_sink *sk)
 {
 	uint32_t k = nchunks(t);
 
+	spares_drop(t, k);
 	if (t->n)
 		sink_put(sk, t->tail);
 	while (k-- > 0)
@@ -404,7 +481,8 @@ int btable_truncate(struct btable *t, struct kvp_pool *pool, uint32_t n,
 		return 0;
 	}
 	/* The new tail, position n - 1, is in chunk ck at offset o; chunk
-	 * ck keeps its first o ids (none: it goes). */
+	 * ck keeps its first o ids (none: it goes).  The spares go at the
+	 * end, once nothing can fail. */
 	keep = n - 1;
 	ck = keep / BT_K;
 	o = keep % BT_K;
@@ -429,17 +507,9 @@ int btable_truncate(struct btable *t, struct kvp_pool *pool, uint32_t n,
 		if (!o)
 			chunk_free(c);
 	}
+	spares_drop(t, have);
 	t->n = n;
 	return 0;
-}
-
-/* A private chunk for btable_cut, straight from the allocator (a cut may
- * need more than a cache holds). */
-static struct btchunk *chunk_alloc(void)
-{
-	struct btchunk *c = kvp_malloc_aligned(KVP_CACHELINE, sizeof(*c));
-
-	return c ? chunk_init(c) : NULL;
 }
 
 static bool in_cut(uint32_t pos, uint32_t first, uint32_t n)
@@ -504,6 +574,7 @@ int btable_cut(struct btable *t, struct kvp_pool *pool, uint32_t first,
 		shared = btchunk_shared(t->chunks[j]);
 	if (!shared) {
 		cut_in_place(t, first, n, sk);
+		spares_drop(t, k);
 		return 0;
 	}
 	k2 = (m - n + BT_K - 1) / BT_K;
@@ -529,6 +600,7 @@ int btable_cut(struct btable *t, struct kvp_pool *pool, uint32_t first,
 	for (uint32_t j = k; j-- > 0;)
 		cut_old_chunk(t->chunks[j], j, pool, first, n, sk);
 	memcpy(t->chunks, nc, (size_t)k2 * sizeof(*nc));
+	spares_drop(t, k);
 	t->n -= n;
 	if (nc != onstack)
 		kvp_free(nc, k2 * sizeof(*nc));

@@ -76,6 +76,10 @@ struct btable {
 	uint32_t tail;		 /* block n - 1, if n > 0 */
 	struct btchunk **chunks; /* inline_chunks until the table grows */
 	uint32_t ncap;		 /* room in chunks[] */
+	/* chunks[nchunks .. spare_end), if any, are spares: private, empty
+	 * chunks of this table's own (btable_reserve_own), which pushes use
+	 * before the thread's cache.  A shrink or release frees them. */
+	uint32_t spare_end;
 	struct btchunk *inline_chunks[BT_INLINE_CHUNKS];
 };
 
@@ -176,6 +180,17 @@ bool btable_valid(const struct btable *t);
  * need - len entries cannot fail.
  */
 int btable_reserve(struct btable *t, uint32_t need);
+
+/*
+ * kvp_seq_reserve: room for `need` blocks in all that no later push
+ * allocates for, whatever thread pushes: the chunk pointers, the chunks
+ * themselves as spares of the table's own, and a private copy of a
+ * shared, partly filled last chunk (the shared one's reference goes to
+ * sk).  0 or -ENOMEM (the table unchanged but maybe a larger array of
+ * chunk pointers).
+ */
+int btable_reserve_own(struct btable *t, struct kvp_pool *pool, uint32_t need,
+		       struct btable_sink *sk);
 
 /*
  * Appends ids[0..n), whose references the caller gives to the table;

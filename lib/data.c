@@ -4,7 +4,8 @@
  *
  * A block is [layer][K,V][token][head][dim]: for one layer, the K rows of
  * a block's tokens are contiguous, and so are its V rows, which makes a
- * gather one copy per block and per K/V.  Every access holds the
+ * gather one copy per block and per K/V.  A KVP_POOL_K_ONLY pool has one
+ * plane, [layer][token][head][dim], and no V: its calls take V as NULL.  Every access holds the
  * sequence's lock, so it sees the sequence's blocks as of one moment.
  */
 #include <errno.h>
@@ -14,11 +15,18 @@
 
 enum { KV_K = 0, KV_V = 1 };
 
+static bool k_only(const struct kvp_pool *pool)
+{
+	return pool->flags & KVP_POOL_K_ONLY;
+}
+
 /* Address of the row of token `tok` (within its block) of one layer. */
 static unsigned char *row_at(const struct kvp_pool *pool, uint32_t block,
 			     uint32_t layer, int kv, uint32_t tok)
 {
-	size_t at = ((size_t)layer * 2 + (size_t)kv) * pool->block_tokens + tok;
+	size_t planes = k_only(pool) ? 1 : 2;
+	size_t at = ((size_t)layer * planes + (size_t)kv) * pool->block_tokens +
+		    tok;
 
 	return pool->data + (size_t)block * pool->block_bytes +
 	       at * pool->row_bytes;
@@ -27,7 +35,7 @@ static unsigned char *row_at(const struct kvp_pool *pool, uint32_t block,
 static int check_data_args(struct kvp_manager *m, uint32_t layer,
 			   const void *k, const void *v)
 {
-	if (!m || !k || !v || !m->pool->data)
+	if (!m || !k || !m->pool->data || !v != k_only(m->pool))
 		return -EINVAL;
 	if (layer >= m->pool->layout.num_layers)
 		return -EINVAL;
@@ -72,17 +80,19 @@ static int move_rows(struct kvp_manager *m, uint64_t seq, uint32_t pos,
 		return err;
 	tok = pos % m->block_tokens;
 	rk = row_at(pool, block, layer, KV_K, tok);
-	rv = row_at(pool, block, layer, KV_V, tok);
+	rv = v ? row_at(pool, block, layer, KV_V, tok) : NULL;
 	if (!in) {
 		memcpy(k, rk, pool->row_bytes);
-		memcpy(v, rv, pool->row_bytes);
+		if (v)
+			memcpy(v, rv, pool->row_bytes);
 	} else if (btable_shared(&s->table, pool, pos / m->block_tokens)) {
 		/* While we hold the sequence's lock the count can only fall
 		 * (seq.c), so a block seen alone stays ours. */
 		err = -EBUSY;
 	} else {
 		memcpy(rk, k, pool->row_bytes);
-		memcpy(rv, v, pool->row_bytes);
+		if (v)
+			memcpy(rv, v, pool->row_bytes);
 	}
 	seq_unlock(s);
 	return err;
@@ -126,9 +136,11 @@ KVP_API int kvp_seq_gather(struct kvp_manager *m, uint64_t seq, uint32_t layer,
 		uint32_t b = btable_get(&s->table, i);
 
 		memcpy(ko, row_at(pool, b, layer, KV_K, 0), bytes);
-		memcpy(vo, row_at(pool, b, layer, KV_V, 0), bytes);
 		ko += bytes;
-		vo += bytes;
+		if (vo) {
+			memcpy(vo, row_at(pool, b, layer, KV_V, 0), bytes);
+			vo += bytes;
+		}
 		left -= n;
 	}
 	seq_unlock(s);

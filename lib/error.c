@@ -1,10 +1,48 @@
 /*
- * error.c - kvp_strerror.
+ * error.c - kvp_strerror, and the per-thread record of the last -ENOSPC
+ * that kvp_last_error reads (error.h).
  * Floor 1 of lib/ (doc/architecture.md, "Layers").
+ *
+ * Owns the record: one per thread, written and read only by its thread.
  */
 #include <errno.h>
+#include <stdbool.h>
 
+#include "compiler.h"
+#include "error.h"
 #include "kvpool.h"
+
+static KVP_TLS struct kvp_error_info last_nospace;
+static KVP_TLS bool have_nospace;
+
+static void note(uint32_t buffer, uint64_t requested, uint64_t available)
+{
+	last_nospace = (struct kvp_error_info){.err = -ENOSPC,
+					       .buffer = buffer,
+					       .requested = requested,
+					       .available = available};
+	have_nospace = true;
+}
+
+void kvp_note_nospace(uint64_t requested, uint64_t available)
+{
+	note(0, requested, available);
+}
+
+void kvp_note_buffer(uint64_t needed, uint64_t cap)
+{
+	note(1, needed, cap);
+}
+
+KVP_API int kvp_last_error(struct kvp_error_info *out)
+{
+	if (!out)
+		return -EINVAL;
+	if (!have_nospace)
+		return -ENOENT;
+	*out = last_nospace;
+	return 0;
+}
 
 KVP_API const char *kvp_strerror(int err)
 {

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "error.h"
 #include "manager.h"
 
 /* The longest table among seqs, or -ENOENT. */
@@ -55,6 +56,7 @@ KVP_API int kvp_export_block_table(struct kvp_manager *m, const uint64_t *seqs,
 		}
 		nb = btable_len(&s->table);
 		if (nb > stride) {
+			kvp_note_buffer(nb, stride);
 			err = -ENOSPC;
 		} else {
 			/* Ids are below KVP_MAX_BLOCKS = 2^31: int32 safe. */
@@ -100,6 +102,7 @@ KVP_API int kvp_export_csr(struct kvp_manager *m, const uint64_t *seqs,
 					      memory_order_relaxed);
 		nb = btable_len(&s->table);
 		if (at + nb > cap) {
+			kvp_note_buffer((uint64_t)at + nb, cap);
 			err = -ENOSPC;
 		} else if (at + nb > INT32_MAX) {
 			err = -EOVERFLOW;

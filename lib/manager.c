@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "error.h"
 #include "manager.h"
 #include "prefix.h"
 #include "rcu.h"
@@ -22,7 +23,7 @@
 
 #define KVP_DEFAULT_EVICTION_THRESHOLD 0.9f
 #define KVP_DEFAULT_WATERMARK 0.01f
-#define KVP_MANAGER_KNOWN_FLAGS KVP_PREFIX_CACHE
+#define KVP_MANAGER_KNOWN_FLAGS (KVP_PREFIX_CACHE | KVP_EXACT_LIMITS)
 
 /* ------------------------------------------------------------------ */
 /* Managers                                                            */
@@ -93,17 +94,21 @@ KVP_API int kvp_manager_create(const struct kvp_manager_config *cfg,
 	m->bt_shift = (m->block_tokens & (m->block_tokens - 1))
 			      ? 32
 			      : (uint32_t)__builtin_ctz(m->block_tokens);
-	m->policy = cfg->policy;
-	m->eviction_threshold = cfg->eviction_threshold > 0
-					? cfg->eviction_threshold
-					: KVP_DEFAULT_EVICTION_THRESHOLD;
-	m->watermark = cfg->watermark > 0 ? cfg->watermark
-					  : KVP_DEFAULT_WATERMARK;
+	atomic_init(&m->policy, cfg->policy);
+	m->eviction_threshold = cfg->eviction_threshold;
+	m->watermark = cfg->watermark;
+	if (!(cfg->flags & KVP_EXACT_LIMITS)) {
+		if (m->eviction_threshold == 0)
+			m->eviction_threshold = KVP_DEFAULT_EVICTION_THRESHOLD;
+		if (m->watermark == 0)
+			m->watermark = KVP_DEFAULT_WATERMARK;
+	}
 	m->flags = cfg->flags;
-	if (m->flags & KVP_PREFIX_CACHE)
-		err = prefix_cache_init(&m->prefix, pool,
-					cfg->max_pinned ? cfg->max_pinned
-							: pool->num_blocks / 4);
+	if (m->flags & KVP_PREFIX_CACHE) {
+		m->max_pinned = cfg->max_pinned ? cfg->max_pinned
+						: pool->num_blocks / 4;
+		err = prefix_cache_init(&m->prefix, pool, m->max_pinned);
+	}
 	if (err) {
 		seqmap_fini(&m->map);
 		kvp_pool_unref(pool);
@@ -198,6 +203,68 @@ KVP_API uint64_t kvp_manager_id(const struct kvp_manager *m)
 KVP_API const char *kvp_manager_name(const struct kvp_manager *m)
 {
 	return m ? m->name : NULL;
+}
+
+KVP_API int kvp_manager_get_config(const struct kvp_manager *m,
+				   struct kvp_manager_config *out)
+{
+	if (!m || !out)
+		return -EINVAL;
+	*out = (struct kvp_manager_config){
+		.pool = m->pool,
+		.policy = (enum kvp_policy)atomic_load_explicit(
+			&m->policy, memory_order_relaxed),
+		.eviction_threshold = m->eviction_threshold,
+		.watermark = m->watermark,
+		.flags = m->flags,
+		.max_pinned = m->max_pinned,
+		.name = m->name,
+	};
+	return 0;
+}
+
+KVP_API int kvp_manager_set_policy(struct kvp_manager *m,
+				   enum kvp_policy policy)
+{
+	if (!m || (unsigned)policy > KVP_EVICT_PRIORITY)
+		return -EINVAL;
+	atomic_store_explicit(&m->policy, policy, memory_order_relaxed);
+	return 0;
+}
+
+/*
+ * A walk of the map inside one read-side section: every sequence alive
+ * throughout is seen once (seqmap.h's promise for a walk), and a struct
+ * that is dead (being created, or freed) is skipped.  The id comes from
+ * the map's slot, not the struct: a freed struct may be reused for
+ * another id while the walk reads it.
+ */
+KVP_API int kvp_manager_seqs(struct kvp_manager *m, uint64_t *ids,
+			     uint32_t cap, uint32_t *n)
+{
+	struct seqmap_iter iter;
+	struct kvp_seq *s;
+	uint64_t seen = 0;
+
+	if (!m || !n || (!ids && cap))
+		return -EINVAL;
+	kvp_rcu_read_lock();
+	for (s = seqmap_first(&m->map, &iter); s;
+	     s = seqmap_next(&m->map, &iter)) {
+		/* Relaxed: a listing is advice, as the id read with it. */
+		if (atomic_load_explicit(&s->dead, memory_order_relaxed))
+			continue;
+		if (seen < cap)
+			ids[seen] = seqmap_iter_key(&iter);
+		seen++;
+	}
+	kvp_rcu_read_unlock();
+	*n = seen > UINT32_MAX ? UINT32_MAX : (uint32_t)seen;
+	if (seen > cap) {
+		kvp_note_buffer(seen, cap);
+		return -ENOSPC;
+	}
+	return 0;
 }
 
 struct kvp_pool *manager_pool(const struct kvp_manager *m)

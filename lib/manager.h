@@ -1,7 +1,7 @@
 /*
  * manager.h - struct kvp_manager, owned by manager.c (layer 10,
  * doc/architecture.md "Layers"): its configuration, read-only after
- * creation, and the state of the files below it that it embeds (the
+ * creation but for the policy, and the state of the files below it that it embeds (the
  * sequence map, the structs' slabs, the statistics shards, the prefix
  * cache).  Each embedded part is touched only through its own file.
  */
@@ -26,9 +26,9 @@ struct kvp_manager {
 	uint32_t block_tokens;
 	/* log2(block_tokens) for a power of two, else 32. */
 	uint32_t bt_shift;
-	enum kvp_policy policy;
 	float eviction_threshold, watermark;
 	uint32_t flags;
+	uint32_t max_pinned; /* in effect; 0 without prefix caching */
 	struct seqmap map;
 	/* Its place in the registry of managers (seqslab.c). */
 	struct seqslab seqs;
@@ -40,6 +40,10 @@ struct kvp_manager {
 	struct prefix_cache prefix;
 	/* Cold, so last: the hot fields above keep their places. */
 	char name[KVP_NAME_MAX]; /* kvp_manager_name */
+	/* enum kvp_policy: kvp_manager_set_policy may change it while
+	 * victims are chosen.  Atomic, relaxed: each choice reads it once,
+	 * and it orders nothing else. */
+	_Atomic int policy;
 };
 
 /* The pool m allocates from. */

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "compiler.h"
+#include "error.h"
 #include "manager.h"
 #include "mtext.h"
 
@@ -214,5 +215,9 @@ KVP_API int kvp_metrics_format(struct kvp_pool *pool,
 	if (!len || (!buf && cap))
 		return -EINVAL;
 	err = render(pool, managers, n, flags, &mt);
-	return err ? err : mtext_finish(&mt, buf, cap, len, NULL);
+	if (!err)
+		err = mtext_finish(&mt, buf, cap, len, NULL);
+	if (err == -ENOSPC) /* the text and its NUL */
+		kvp_note_buffer((uint64_t)*len + 1, cap);
+	return err;
 }

@@ -58,6 +58,7 @@
 
 #include "alloc.h"
 #include "conf.h"
+#include "error.h"
 #include "pool.h"
 #include "tcache.h"
 
@@ -69,7 +70,8 @@ static void unpark_refs(struct tcache_depot *d, const uint32_t *ids,
 _Static_assert(sizeof(_Atomic uint32_t) == 4 && ATOMIC_INT_LOCK_FREE == 2,
 	       "the state and link words must be lock-free 32-bit atomics");
 
-#define KVP_POOL_KNOWN_FLAGS (KVP_POOL_ZERO | KVP_POOL_NOCACHE)
+#define KVP_POOL_KNOWN_FLAGS \
+	(KVP_POOL_ZERO | KVP_POOL_NOCACHE | KVP_POOL_K_ONLY)
 
 static size_t dtype_size(enum kvp_dtype dt)
 {
@@ -88,9 +90,10 @@ static size_t dtype_size(enum kvp_dtype dt)
 }
 
 /* Bytes per row (one token, one layer, K or V) and per block for a
- * layout: [layer][K,V][token][head][dim]. */
+ * layout: [layer][K,V][token][head][dim], or [layer][token][head][dim]
+ * for planes == 1 (KVP_POOL_K_ONLY). */
 static int layout_bytes(const struct kvp_layout *l, uint32_t tokens,
-			size_t *row, size_t *block)
+			size_t planes, size_t *row, size_t *block)
 {
 	size_t el = dtype_size(l->dtype), r = el, b;
 
@@ -100,7 +103,7 @@ static int layout_bytes(const struct kvp_layout *l, uint32_t tokens,
 	if (__builtin_mul_overflow(r, (size_t)l->num_kv_heads, &r) ||
 	    __builtin_mul_overflow(r, (size_t)l->head_dim, &r) ||
 	    __builtin_mul_overflow(r, (size_t)l->num_layers, &b) ||
-	    __builtin_mul_overflow(b, (size_t)2, &b) ||
+	    __builtin_mul_overflow(b, planes, &b) ||
 	    __builtin_mul_overflow(b, (size_t)tokens, &b))
 		return -EINVAL;
 	*row = r;
@@ -124,7 +127,7 @@ static uint32_t auto_cache_blocks(uint32_t num_blocks, uint32_t max)
 
 static int validate_config(const struct kvp_pool_config *cfg)
 {
-	if (cfg->num_blocks == 0 || cfg->num_blocks > KVP_MAX_BLOCKS)
+	if (cfg->num_blocks > KVP_MAX_BLOCKS)
 		return -EINVAL;
 	if (cfg->block_tokens == 0)
 		return -EINVAL;
@@ -133,15 +136,26 @@ static int validate_config(const struct kvp_pool_config *cfg)
 		return -EINVAL;
 	if (cfg->flags & ~KVP_POOL_KNOWN_FLAGS)
 		return -EINVAL;
+	if ((cfg->flags & KVP_POOL_K_ONLY) && !cfg->layout)
+		return -EINVAL;
 	return 0;
+}
+
+/* Entries of the per-block arrays: one at least, so that an empty pool
+ * (num_blocks 0) asks no allocator for 0 bytes. */
+static size_t meta_entries(uint32_t num_blocks)
+{
+	return num_blocks ? num_blocks : 1;
 }
 
 static void pool_free_memory(struct kvp_pool *pool)
 {
 	if (pool->data)
 		munmap(pool->data, pool->arena_bytes);
-	kvp_free(pool->state, (size_t)pool->num_blocks * sizeof(*pool->state));
-	kvp_free(pool->next, (size_t)pool->num_blocks * sizeof(*pool->next));
+	kvp_free(pool->state,
+		 meta_entries(pool->num_blocks) * sizeof(*pool->state));
+	kvp_free(pool->next,
+		 meta_entries(pool->num_blocks) * sizeof(*pool->next));
 	kvp_free_aligned(pool, KVP_CACHELINE, sizeof(*pool));
 }
 
@@ -195,8 +209,9 @@ KVP_API int kvp_pool_create(const struct kvp_pool_config *cfg,
 	if (err)
 		return err;
 	if (cfg->layout) {
-		err = layout_bytes(cfg->layout, cfg->block_tokens, &row_bytes,
-				   &block_bytes);
+		err = layout_bytes(cfg->layout, cfg->block_tokens,
+				   (cfg->flags & KVP_POOL_K_ONLY) ? 1 : 2,
+				   &row_bytes, &block_bytes);
 		if (err)
 			return err;
 	}
@@ -227,15 +242,17 @@ KVP_API int kvp_pool_create(const struct kvp_pool_config *cfg,
 	}
 	/* The arena first: its size check and mmap fail fast, before
 	 * gigabytes of metadata are allocated for a pool that cannot be. */
-	if (cfg->layout) {
+	if (cfg->layout && cfg->num_blocks) {
 		err = pool_map_arena(pool);
 		if (err) {
 			pool_free_memory(pool);
 			return err;
 		}
 	}
-	pool->state = kvp_calloc(cfg->num_blocks, sizeof(*pool->state));
-	pool->next = kvp_calloc(cfg->num_blocks, sizeof(*pool->next));
+	pool->state = kvp_calloc(meta_entries(cfg->num_blocks),
+				 sizeof(*pool->state));
+	pool->next = kvp_calloc(meta_entries(cfg->num_blocks),
+				sizeof(*pool->next));
 	if (!pool->state || !pool->next) {
 		pool_free_memory(pool);
 		return -ENOMEM;
@@ -587,6 +604,8 @@ static __attribute__((noinline)) int alloc_slow(struct kvp_pool *pool,
 out:
 	if (!err && (pool->flags & KVP_POOL_ZERO) && pool->data)
 		zero_blocks(pool, ids, n);
+	if (err == -ENOSPC)
+		pool_note_nospace(pool, n);
 	return err;
 }
 
@@ -1396,6 +1415,36 @@ KVP_API size_t kvp_pool_row_bytes(const struct kvp_pool *pool)
 KVP_API uint32_t kvp_pool_block_tokens(const struct kvp_pool *pool)
 {
 	return pool ? pool->block_tokens : 0;
+}
+
+KVP_API int kvp_pool_get_config(const struct kvp_pool *pool,
+				struct kvp_pool_config *out,
+				struct kvp_layout *layout)
+{
+	if (!pool || !out || (pool->has_layout && !layout))
+		return -EINVAL;
+	*out = (struct kvp_pool_config){
+		.num_blocks = pool->num_blocks,
+		.block_tokens = pool->block_tokens,
+		.cache_blocks = pool->depot.cap,
+		.device_id = pool->device_id,
+		.flags = pool->flags,
+	};
+	if (pool->has_layout) {
+		*layout = pool->layout;
+		out->layout = layout;
+	}
+	return 0;
+}
+
+/* The blocks an allocation that failed could have had are the free ones
+ * as kvp_pool_stats counts them (idle cached and parked ones included). */
+void pool_note_nospace(struct kvp_pool *pool, uint64_t n)
+{
+	struct kvp_pool_stats st;
+
+	kvp_pool_stats(pool, &st);
+	kvp_note_nospace(n, st.free);
 }
 
 KVP_API void kvp_pool_stats(struct kvp_pool *pool, struct kvp_pool_stats *st)

@@ -232,4 +232,9 @@ uint64_t pool_used_estimate(struct kvp_pool *pool);
  * kvp_manager_check, which counts every holder of a block). */
 void pool_count_parked(struct kvp_pool *pool, uint32_t *counts);
 
+/* Records a shortage of n blocks for kvp_last_error (error.h), with
+ * the blocks the pool could have given: for -ENOSPC paths only. */
+__attribute__((cold)) void pool_note_nospace(struct kvp_pool *pool,
+					     uint64_t n);
+
 #endif /* KVP_POOL_H */

@@ -1,7 +1,8 @@
 /*
  * preempt.c - admission and preemption: kvp_admit, and kvp_evict and
  * kvp_evict_until, which preempt whole sequences (free them, chosen by
- * the manager's policy) to make room (layer 9, doc/architecture.md
+ * the manager's policy) to make room, and kvp_evict_peek, which names
+ * the next victim without preempting it (layer 9, doc/architecture.md
  * "Layers": over seq.c, seqslab.c, seqmap.c, mgrstat.c and pool.c).
  *
  * Words: "preempt" is taking a running sequence away (vLLM's preemption
@@ -94,44 +95,73 @@ static bool preempt_before(enum kvp_policy policy, const struct kvp_seq *a,
 	return la < lb;
 }
 
-/* Preempts one sequence by policy; -ENOENT if none is left. */
-static int preempt_one(struct kvp_manager *m, uint64_t *victim)
+/*
+ * Read side: the live sequence the policy would preempt first, locked
+ * (so confirmed alive), or NULL if none is left.  A racy scan: keys are
+ * read relaxed, and the choice is confirmed under the victim's lock.
+ */
+static struct kvp_seq *choose_locked(struct kvp_manager *m)
 {
+	/* Once per choice: kvp_manager_set_policy may change it. */
+	enum kvp_policy policy = (enum kvp_policy)atomic_load_explicit(
+		&m->policy, memory_order_relaxed);
 	struct seqmap_iter iter;
 	struct kvp_seq *s, *best;
 
-	kvp_rcu_read_lock();
 	for (;;) {
 		best = NULL;
-		/* A racy scan: keys are read relaxed, and the choice is
-		 * confirmed under the victim's lock below. */
 		for (s = seqmap_first(&m->map, &iter); s;
 		     s = seqmap_next(&m->map, &iter)) {
 			if (atomic_load_explicit(&s->dead,
 						 memory_order_relaxed))
 				continue;
-			if (!best || preempt_before(m->policy, s, best))
+			if (!best || preempt_before(policy, s, best))
 				best = s;
 		}
-		if (!best) {
-			kvp_rcu_read_unlock();
-			return -ENOENT;
-		}
+		if (!best)
+			return NULL;
 		seq_lock(best);
 		/* Acquire: see seq_lock_live(). */
 		if (!atomic_load_explicit(&best->dead, memory_order_acquire))
-			break;
+			return best;
 		/* Another preemption or a free took it: choose again. */
 		seq_unlock(best);
 	}
+}
+
+/* Preempts one sequence by policy; -ENOENT if none is left. */
+static int preempt_one(struct kvp_manager *m, uint64_t *victim)
+{
+	struct kvp_seq *best;
+
+	kvp_rcu_read_lock();
+	best = choose_locked(m);
 	/* Locked and alive, the struct needs no read-side section (and
 	 * the removal must run outside one). */
 	kvp_rcu_read_unlock();
+	if (!best)
+		return -ENOENT;
 	if (victim)
 		*victim = best->id;
 	seq_remove_locked(m, best);
 	stat_add(m, evictions, 1);
 	return 0;
+}
+
+KVP_API int kvp_evict_peek(struct kvp_manager *m, uint64_t *victim)
+{
+	struct kvp_seq *best;
+
+	if (!m || !victim)
+		return -EINVAL;
+	kvp_rcu_read_lock();
+	best = choose_locked(m);
+	if (best) {
+		*victim = best->id;
+		seq_unlock(best);
+	}
+	kvp_rcu_read_unlock();
+	return best ? 0 : -ENOENT;
 }
 
 KVP_API int kvp_evict(struct kvp_manager *m, uint64_t *victim)

@@ -45,6 +45,7 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "error.h"
 #include "manager.h"
 #include "prefix.h"
 #include "rcu.h"
@@ -238,13 +239,16 @@ int seq_create(struct kvp_manager *m, uint64_t id, uint32_t num_tokens,
 	int err = 0;
 
 	*hits = 0;
-	if (nb > m->pool->num_blocks)
-		return -ENOSPC;
 	/* Published dead first: a taken id fails before anything is
-	 * allocated. */
+	 * allocated, and before the size is judged. */
 	err = seq_publish_dead(m, id, &s);
 	if (err)
 		return err;
+	if (nb > m->pool->num_blocks) {
+		seq_unpublish(m, s);
+		pool_note_nospace(m->pool, nb);
+		return -ENOSPC;
+	}
 	/* The ids are gathered first (hits, then the allocation), then
 	 * handed to the table, whose room is made before anything is
 	 * taken. */
@@ -302,8 +306,10 @@ static void copy_block_data(struct kvp_pool *pool, uint32_t src, uint32_t dst,
 
 	if (!from || !to)
 		return;
-	/* [layer][K,V] runs of block_tokens rows each. */
-	for (size_t run = 0; run < 2 * (size_t)pool->layout.num_layers; run++)
+	size_t planes = (pool->flags & KVP_POOL_K_ONLY) ? 1 : 2;
+
+	/* [layer][K,V] (or [layer]) runs of block_tokens rows each. */
+	for (size_t run = 0; run < planes * pool->layout.num_layers; run++)
 		memcpy(to + run * stride, from + run * stride,
 		       (size_t)tokens * pool->row_bytes);
 }
@@ -347,15 +353,19 @@ append_slow(struct kvp_manager *m, struct kvp_seq *s, uint32_t n,
 	}
 	if (ncow)
 		*ncow = cows;
-	if (cows > cow_cap)
+	if (cows > cow_cap) {
+		kvp_note_buffer(cows, cow_cap);
 		return -ENOSPC;
+	}
 	if (grow + cows == 0) {
 		seq_set_tokens(s, total);
 		touch(s);
 		return 0;
 	}
-	if (grow + cows > m->pool->num_blocks)
+	if (grow + cows > m->pool->num_blocks) {
+		pool_note_nospace(m->pool, grow + cows);
 		return -ENOSPC;
+	}
 	/* A grown table is kept if the allocation then fails: the next
 	 * append needs it too. */
 	if (btable_reserve(&s->table, nb))
@@ -417,11 +427,27 @@ static inline int append_locked(struct kvp_manager *m, struct kvp_seq *s,
 	return append_slow(m, s, n, cow, cow_cap, ncow);
 }
 
-KVP_API int kvp_seq_append(struct kvp_manager *m, uint64_t id,
-			   uint32_t num_tokens, struct kvp_copy *cow,
-			   uint32_t cow_cap, uint32_t *ncow)
+/* Sequence locked, after a successful append: what it did (n0 blocks
+ * before it). */
+static void append_info(const struct kvp_seq *s, uint32_t n0, uint32_t cows,
+			struct kvp_append_info *info)
+{
+	uint32_t nb = btable_len(&s->table);
+
+	info->last_block = nb ? btable_last(&s->table) : KVP_NO_BLOCK;
+	info->num_tokens = seq_tokens(s);
+	info->new_blocks = nb - n0 + cows;
+}
+
+/* kvp_seq_append and, with info, kvp_seq_append_ex: inlined into each,
+ * so the plain append pays nothing for the report. */
+static inline __attribute__((always_inline)) int
+append_one(struct kvp_manager *m, uint64_t id, uint32_t num_tokens,
+	   struct kvp_copy *cow, uint32_t cow_cap, uint32_t *ncow,
+	   struct kvp_append_info *info)
 {
 	struct kvp_seq *s;
+	uint32_t n0 = 0, cows = 0;
 	int err;
 
 	if (!m || (!cow && cow_cap))
@@ -431,7 +457,14 @@ KVP_API int kvp_seq_append(struct kvp_manager *m, uint64_t id,
 	s = seq_acquire(m, id);
 	if (!s)
 		return -ENOENT;
+	if (info) {
+		n0 = btable_len(&s->table);
+		if (!ncow)
+			ncow = &cows;
+	}
 	err = append_locked(m, s, num_tokens, cow, cow_cap, ncow);
+	if (info && !err)
+		append_info(s, n0, *ncow, info);
 	seq_unlock(s);
 	if (!err) {
 		struct mgr_shard *sh = mgr_shard(m);
@@ -439,6 +472,51 @@ KVP_API int kvp_seq_append(struct kvp_manager *m, uint64_t id,
 		mgr_stat_bump(&sh->appends, 1);
 		mgr_stat_bump(&sh->tokens, num_tokens);
 	}
+	return err;
+}
+
+KVP_API int kvp_seq_append(struct kvp_manager *m, uint64_t id,
+			   uint32_t num_tokens, struct kvp_copy *cow,
+			   uint32_t cow_cap, uint32_t *ncow)
+{
+	return append_one(m, id, num_tokens, cow, cow_cap, ncow, NULL);
+}
+
+KVP_API int kvp_seq_append_ex(struct kvp_manager *m, uint64_t id,
+			      uint32_t num_tokens, struct kvp_copy *cow,
+			      uint32_t cow_cap, uint32_t *ncow,
+			      struct kvp_append_info *info)
+{
+	if (!info)
+		return -EINVAL;
+	return append_one(m, id, num_tokens, cow, cow_cap, ncow, info);
+}
+
+KVP_API int kvp_seq_reserve(struct kvp_manager *m, uint64_t id,
+			    uint32_t num_tokens)
+{
+	uint32_t nb;
+	struct btable_sink sk;
+	struct kvp_seq *s;
+	int err;
+
+	if (!m)
+		return -EINVAL;
+	s = seq_acquire(m, id);
+	if (!s)
+		return -ENOENT;
+	nb = blocks_for(num_tokens, m->block_tokens);
+	if (nb > m->pool->num_blocks) {
+		seq_unlock(s);
+		pool_note_nospace(m->pool, nb);
+		return -ENOSPC;
+	}
+	sink_init(&sk, m);
+	err = btable_reserve_own(&s->table, m->pool, nb, &sk);
+	seq_unlock(s);
+	/* A shared last chunk copied: our reference on it, dropped after
+	 * the unlock as any release is. */
+	btable_sink_flush(&sk);
 	return err;
 }
 
@@ -689,9 +767,10 @@ KVP_API int kvp_seq_blocks(struct kvp_manager *m, uint64_t id, uint32_t *ids,
 	if (!s)
 		return -ENOENT;
 	*n = btable_len(&s->table);
-	if (*n > cap)
+	if (*n > cap) {
+		kvp_note_buffer(*n, cap);
 		err = -ENOSPC;
-	else
+	} else
 		btable_copy_out(&s->table, 0, *n, ids);
 	seq_unlock(s);
 	return err;

@@ -549,3 +549,13 @@ void *seqmap_next(struct seqmap *map, struct seqmap_iter *iter)
 	(void)map;
 	return iter_scan(iter);
 }
+
+uint64_t seqmap_iter_key(const struct seqmap_iter *iter)
+{
+	/* next 0: seqmap_first returned the zero slot's value. */
+	if (iter->next == 0)
+		return 0;
+	/* Relaxed: a key is an id, set once before its value. */
+	return atomic_load_explicit(&iter->t->slots[iter->next - 1].key,
+				    memory_order_relaxed);
+}

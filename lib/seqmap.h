@@ -62,5 +62,8 @@ struct seqmap_iter {
 };
 void *seqmap_first(struct seqmap *map, struct seqmap_iter *iter);
 void *seqmap_next(struct seqmap *map, struct seqmap_iter *iter);
+/* The id under which the value last returned by seqmap_first or
+ * seqmap_next is stored. */
+uint64_t seqmap_iter_key(const struct seqmap_iter *iter);
 
 #endif /* KVP_SEQMAP_H */

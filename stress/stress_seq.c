@@ -8,11 +8,14 @@
  * enough to run out.  Every thread picks random operations on a small id
  * space shared by all threads (--ids, default 48 per manager), so frees
  * race forks, appends race frees, and evictors race each other on the same
- * sequences: create, append (with copy-on-write), fork, free, truncate,
- * stream trim, set priority, evict, info, blocks and the three exports.
+ * sequences: create, append (with copy-on-write; every other one
+ * kvp_seq_append_ex), fork, free, truncate, stream trim, set priority,
+ * evict, info, blocks, the three exports, and a scheduler's controls
+ * (a policy change, the next victim, the list of sequences, a
+ * reservation).
  * Each call's result must be one the API allows in a race (e.g. fork:
  * 0, -ENOENT or -EEXIST); any other aborts the run.  On -ENOSPC a thread
- * evicts by policy.  Tables read back must be well formed.
+ * checks its kvp_last_error record and evicts by policy.  Tables read back must be well formed.
  *
  * --fork-tree: the threads grow shared fork trees instead.  Most forks
  * take a node another thread (or this one) forked last, so trees grow
@@ -72,11 +75,12 @@ static _Atomic int reclaim_next; /* the next thread's range */
 static _Atomic uint64_t counts[16];
 
 enum { OP_CREATE, OP_APPEND, OP_FORK, OP_FREE, OP_TRUNC, OP_TRIM, OP_EVICT,
-       OP_READ, OP_EXPORT, OP_COW, OP_ENOSPC, OP_WRITE, OP_BUSY, OP_NCOUNTS };
+       OP_READ, OP_EXPORT, OP_COW, OP_ENOSPC, OP_WRITE, OP_BUSY, OP_CONTROL,
+       OP_NCOUNTS };
 static const char *const op_names[] = {"create", "append", "fork", "free",
 				       "truncate", "trim", "evict", "read",
 				       "export", "cow", "enospc", "write",
-				       "busy"};
+				       "busy", "control"};
 
 /* --fork-tree: the nodes each manager forked last (any thread's: a
  * fork of one of them makes a sibling or a level more), and each id's
@@ -110,8 +114,13 @@ static void check_table(const uint32_t *ids, uint32_t n)
 
 static void on_enospc(struct kvp_manager *m)
 {
+	struct kvp_error_info e;
 	uint64_t victim;
 
+	/* The thread's own record of the -ENOSPC just returned. */
+	if (kvp_last_error(&e) != 0 || e.err != -ENOSPC || e.requested == 0)
+		fail("kvp_last_error after -ENOSPC: err %d, requested %llu\n",
+		     e.err, (unsigned long long)e.requested);
 	count(OP_ENOSPC);
 	expect("evict", kvp_evict(m, &victim), -ENOENT, 0, 0);
 }
@@ -164,13 +173,23 @@ static void do_export(struct kvp_manager *m, uint64_t *seed)
 	count(OP_EXPORT);
 }
 
-/* An append with room for one copy, which must be well formed. */
+/* An append with room for one copy, which must be well formed; every
+ * other one reports what it did, which must be too. */
 static void do_append(struct kvp_manager *m, uint64_t id, uint32_t n)
 {
 	struct kvp_copy cow[1];
+	struct kvp_append_info in;
 	uint32_t ncow;
-	int err = kvp_seq_append(m, id, n, cow, 1, &ncow);
+	bool ex = n & 1;
+	int err = ex ? kvp_seq_append_ex(m, id, n, cow, 1, &ncow, &in)
+		     : kvp_seq_append(m, id, n, cow, 1, &ncow);
 
+	if (!err && ex &&
+	    (in.num_tokens < n || in.last_block >= num_blocks ||
+	     in.new_blocks > (n + BT - 1) / BT + 1 ||
+	     (ncow && in.last_block == cow[0].src)))
+		fail("append_ex: %u tokens, block %u, %u new\n", in.num_tokens,
+		     in.last_block, in.new_blocks);
 	expect("append", err, -ENOENT, -ENOSPC, 0);
 	if (err == -ENOSPC)
 		on_enospc(m);
@@ -182,6 +201,51 @@ static void do_append(struct kvp_manager *m, uint64_t id, uint32_t n)
 		count(OP_COW);
 	}
 	count(OP_APPEND);
+}
+
+/*
+ * What a scheduler asks and changes while others run: a policy change,
+ * the next victim, the list of sequences (each id in range, none
+ * twice), a reservation.
+ */
+static void do_control(struct kvp_manager *m, uint64_t id, uint64_t *seed)
+{
+	uint64_t ids[2 * MAX_IDS], victim;
+	uint32_t n;
+	int err;
+
+	switch (rnd(seed) % 4) {
+	case 0:
+		expect("set_policy",
+		       kvp_manager_set_policy(m, (enum kvp_policy)(rnd(seed) %
+								   4)),
+		       0, 0, 0);
+		break;
+	case 1:
+		err = kvp_evict_peek(m, &victim);
+		expect("evict_peek", err, -ENOENT, 0, 0);
+		if (!err && victim >= id_space)
+			fail("evict_peek named %llu\n",
+			     (unsigned long long)victim);
+		break;
+	case 2:
+		err = kvp_manager_seqs(m, ids, 2 * MAX_IDS, &n);
+		expect("manager_seqs", err, 0, 0, 0);
+		for (uint32_t i = 0; i < n; i++) {
+			if (ids[i] >= id_space)
+				fail("manager_seqs listed %llu\n",
+				     (unsigned long long)ids[i]);
+			for (uint32_t j = 0; j < i; j++)
+				if (ids[j] == ids[i])
+					fail("manager_seqs listed %llu twice\n",
+					     (unsigned long long)ids[i]);
+		}
+		break;
+	default:
+		err = kvp_seq_reserve(m, id, (uint32_t)(rnd(seed) % MAX_TOKENS));
+		expect("reserve", err, -ENOENT, 0, 0);
+	}
+	count(OP_CONTROL);
 }
 
 /* A tree node: usually one some thread forked lately, else id. */
@@ -392,9 +456,11 @@ static void *worker(void *arg)
 			err = kvp_seq_set_priority(m, id,
 						   (int32_t)(rnd(&seed) % 7));
 			expect("priority", err, -ENOENT, 0, 0);
-		} else if (r < 92) {
+		} else if (r < 87) {
 			do_read(m, id);
 			count(OP_READ);
+		} else if (r < 92) {
+			do_control(m, id, &seed);
 		} else {
 			do_export(m, &seed);
 		}

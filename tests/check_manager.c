@@ -222,7 +222,7 @@ START_TEST(test_mgr_create_bad_config)
 	ADD_CASE("policy 4", 4, 0.0f, 0.0f, 0);
 	ADD_CASE("policy 100", 100, 0.0f, 0.0f, 0);
 	ADD_CASE("policy -1", -1, 0.0f, 0.0f, 0);
-	ADD_CASE("flags bit 1 (unknown)", 0, 0.0f, 0.0f, 1u << 1);
+	ADD_CASE("flags bit 2 (unknown)", 0, 0.0f, 0.0f, 1u << 2);
 	ADD_CASE("flags bit 31", 0, 0.0f, 0.0f, 1u << 31);
 	ADD_CASE("threshold 1.0001", 0, 1.0001f, 0.0f, 0);
 	ADD_CASE("threshold 1.5", 0, 1.5f, 0.0f, 0);
@@ -241,7 +241,7 @@ START_TEST(test_mgr_create_bad_config)
 	ADD_CASE("watermark +inf", 0, 0.0f, INFINITY, 0);
 	ADD_CASE("watermark -inf", 0, 0.0f, -INFINITY, 0);
 	ADD_CASE("good policy, bad watermark", 3, 0.5f, 1.0f, 0);
-	ADD_CASE("good values, bad flags", 1, 0.5f, 0.5f, 2u);
+	ADD_CASE("good values, bad flags", 1, 0.5f, 0.5f, 4u);
 #undef ADD_CASE
 	ck_assert_uint_le(n, ARRAY_SIZE(cases));
 

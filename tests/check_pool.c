@@ -281,8 +281,9 @@ START_TEST(test_create_bad_config)
 		n++;                                                           \
 	} while (0)
 
-	ADD_CASE("num_blocks 0", 0, 16, 0, 0, NULL);
-	ADD_CASE("num_blocks 0 with layout", 0, 16, 0, 0, &good);
+	ADD_CASE("num_blocks 0 with cache_blocks 2", 0, 16, 2, 0, NULL);
+	ADD_CASE("KVP_POOL_K_ONLY without a layout", 64, 16, 0,
+		 KVP_POOL_K_ONLY, NULL);
 	ADD_CASE("num_blocks KVP_MAX_BLOCKS+1", KVP_MAX_BLOCKS + 1u, 16, 0, 0,
 		 NULL);
 	ADD_CASE("num_blocks UINT32_MAX", UINT32_MAX, 16, 0, 0, NULL);
@@ -293,10 +294,11 @@ START_TEST(test_create_bad_config)
 	ADD_CASE("cache_blocks UINT32_MAX", 65536, 16, UINT32_MAX, 0, NULL);
 	ADD_CASE("cache_blocks > num_blocks", 64, 16, 65, 0, NULL);
 	ADD_CASE("cache_blocks > num_blocks (1 block)", 1, 16, 2, 0, NULL);
-	ADD_CASE("unknown flag bit 2", 64, 16, 0, 1u << 2, NULL);
+	ADD_CASE("unknown flag bit 3", 64, 16, 0, 1u << 3, NULL);
 	ADD_CASE("unknown flag bit 31", 64, 16, 0, 1u << 31, NULL);
 	ADD_CASE("known + unknown flags", 64, 16, 0,
-		 KVP_POOL_ZERO | KVP_POOL_NOCACHE | (1u << 7), NULL);
+		 KVP_POOL_ZERO | KVP_POOL_NOCACHE | KVP_POOL_K_ONLY | (1u << 7),
+		 &good);
 #undef ADD_CASE
 	ck_assert_uint_le(n, ARRAY_SIZE(cases));
 

@@ -2,8 +2,7 @@
  * model.c - the reference model of kvpool (see model.h).  Written from
  * kvpool.h and doc/errors.md, not from lib/: where the two could differ,
  * the header wins.  Where the header leaves an order of checks open and
- * doc/errors.md records the library's (create: -ENOSPC for a request
- * larger than the pool before -EEXIST; fork: -EEXIST for dst before
+ * doc/errors.md records the library's (fork: -EEXIST for dst before
  * -ENOENT for src), the model follows the record.
  */
 #include <errno.h>
@@ -69,8 +68,8 @@ static size_t dtype_bytes(enum kvp_dtype dt)
 }
 
 /* Row and block bytes of a layout; false if invalid or overflowing. */
-static bool layout_sizes(const struct kvp_layout *l, uint32_t bt, size_t *row,
-			 size_t *block)
+static bool layout_sizes(const struct kvp_layout *l, uint32_t bt,
+			 size_t planes, size_t *row, size_t *block)
 {
 	size_t el = dtype_bytes(l->dtype), r, b;
 
@@ -79,7 +78,7 @@ static bool layout_sizes(const struct kvp_layout *l, uint32_t bt, size_t *row,
 	if (__builtin_mul_overflow(el, (size_t)l->num_kv_heads, &r) ||
 	    __builtin_mul_overflow(r, (size_t)l->head_dim, &r) ||
 	    __builtin_mul_overflow(r, (size_t)l->num_layers, &b) ||
-	    __builtin_mul_overflow(b, (size_t)2 * bt, &b))
+	    __builtin_mul_overflow(b, planes * bt, &b))
 		return false;
 	*row = r;
 	*block = b;
@@ -92,16 +91,20 @@ int model_pool_config_rc(const struct kvp_pool_config *cfg, bool null_out)
 
 	if (!cfg || null_out)
 		return -EINVAL;
-	if (cfg->num_blocks == 0 || cfg->num_blocks > KVP_MAX_BLOCKS ||
-	    cfg->block_tokens == 0)
+	/* 0 blocks: an empty pool. */
+	if (cfg->num_blocks > KVP_MAX_BLOCKS || cfg->block_tokens == 0)
 		return -EINVAL;
 	if (cfg->cache_blocks > KVP_MAX_CACHE_BLOCKS ||
 	    cfg->cache_blocks > cfg->num_blocks)
 		return -EINVAL;
-	if (cfg->flags & ~(KVP_POOL_ZERO | KVP_POOL_NOCACHE))
+	if (cfg->flags & ~(KVP_POOL_ZERO | KVP_POOL_NOCACHE | KVP_POOL_K_ONLY))
+		return -EINVAL;
+	if ((cfg->flags & KVP_POOL_K_ONLY) && !cfg->layout)
 		return -EINVAL;
 	if (cfg->layout &&
-	    (!layout_sizes(cfg->layout, cfg->block_tokens, &row, &block) ||
+	    (!layout_sizes(cfg->layout, cfg->block_tokens,
+			   (cfg->flags & KVP_POOL_K_ONLY) ? 1 : 2, &row,
+			   &block) ||
 	     __builtin_mul_overflow(block, (size_t)cfg->num_blocks, &arena)))
 		return -EINVAL;
 	return 0;
@@ -125,7 +128,9 @@ struct model_pool *model_pool_new(const struct kvp_pool_config *cfg)
 	if (cfg->layout) {
 		size_t rows;
 
-		mp->has_data = layout_sizes(cfg->layout, cfg->block_tokens,
+		/* The world's pools keep K and V (K-only pools are only
+		 * created and dropped, by op_configs). */
+		mp->has_data = layout_sizes(cfg->layout, cfg->block_tokens, 2,
 					    &mp->row_bytes, &mp->block_bytes);
 		mp->num_layers = cfg->layout->num_layers;
 		if (mp->row_bytes > MODEL_MAX_ROW) {
@@ -528,7 +533,7 @@ int model_manager_config_rc(const struct kvp_manager_config *cfg,
 		return -EINVAL; /* NaN fails both */
 	if (!(cfg->watermark >= 0 && cfg->watermark < 1))
 		return -EINVAL;
-	if (cfg->flags & ~KVP_PREFIX_CACHE)
+	if (cfg->flags & ~(KVP_PREFIX_CACHE | KVP_EXACT_LIMITS))
 		return -EINVAL;
 	return 0;
 }
@@ -541,10 +546,14 @@ struct model_mgr *model_mgr_new(struct model_pool *mp,
 
 	mm->pool = mp;
 	mm->policy = cfg->policy;
-	mm->eviction_threshold = cfg->eviction_threshold > 0
-					 ? cfg->eviction_threshold
-					 : DEFAULT_THRESHOLD;
-	mm->watermark = cfg->watermark > 0 ? cfg->watermark : DEFAULT_WATERMARK;
+	mm->eviction_threshold = cfg->eviction_threshold;
+	mm->watermark = cfg->watermark;
+	if (!(cfg->flags & KVP_EXACT_LIMITS)) {
+		if (mm->eviction_threshold == 0)
+			mm->eviction_threshold = DEFAULT_THRESHOLD;
+		if (mm->watermark == 0)
+			mm->watermark = DEFAULT_WATERMARK;
+	}
 	mm->flags = cfg->flags;
 	mm->max_pinned = cfg->max_pinned ? cfg->max_pinned : mp->num_blocks / 4;
 	for (i = 0; i < MODEL_MAX_MGRS && mp->mgrs[i]; i++)
@@ -686,10 +695,10 @@ int model_seq_create(struct model_mgr *mm, uint64_t id, uint32_t tokens,
 		return -EINVAL;
 	mp = mm->pool;
 	nb = blocks_for(tokens, mp->block_tokens);
-	if (nb > mp->num_blocks)
-		return -ENOSPC;
 	if (find(mm, id))
 		return -EEXIST;
+	if (nb > mp->num_blocks)
+		return -ENOSPC;
 	if (nb > allocatable(mp))
 		return -ENOSPC;
 	if (!chosen)
@@ -972,10 +981,10 @@ int model_seq_create_cached(struct model_mgr *mm, uint64_t id,
 	mp = mm->pool;
 	bt = mp->block_tokens;
 	nb = blocks_for(tokens, bt);
-	if (nb > mp->num_blocks)
-		return -ENOSPC;
 	if (find(mm, id))
 		return -EEXIST;
+	if (nb > mp->num_blocks)
+		return -ENOSPC;
 	/* The last token is always computed: at most (tokens - 1) / bt. */
 	limit = tokens ? (tokens - 1) / bt : 0;
 	if (limit > nhashes)

@@ -8,6 +8,8 @@ b=${top_builddir:-.}
 "$b/stress/stress_pool" 2 1 --cache 0
 "$b/stress/stress_pool" 3 1 --blocks 64 --cache 8
 "$b/stress/stress_seq" 4 2
+# A pool that runs out: -ENOSPC details, preemption on demand.
+"$b/stress/stress_seq" 3 1 --blocks 64
 "$b/stress/stress_seq" 3 1 --fork-tree --blocks 64 --ids 16
 # Slabs of sequence structs go back while other threads look them up.
 "$b/stress/stress_seq" 3 2 --reclaim --blocks 8192
