@@ -208,8 +208,11 @@ fn fork_counts_as_an_access_of_its_source() {
     let after = m.info(1).unwrap();
     assert_eq!(after.access_count, before.access_count + 1);
     assert!(after.last_access > before.last_access);
-    // LRU: 2 is now the oldest; then the fork goes before its source.
-    assert_eq!(m.evict().unwrap(), 2);
+    // LRU: 2, untouched since its creation, is now the oldest.
+    assert_eq!(m.peek_victim().unwrap(), Some(2));
+    // LFU: the fresh fork (one access) goes before its source (two).
+    m.set_policy(Policy::Lfu).unwrap();
+    m.free(2).unwrap();
     assert_eq!(m.peek_victim().unwrap(), Some(3));
 }
 
