@@ -1,7 +1,9 @@
 #!/bin/sh
 # make check: the Rust crate's tests (cargo test --offline: unit, engine
-# shaped tests, doc test, and building its examples), then
-# examples/rust_paged_cache and the README's Rust example, against the
+# shaped tests, the porting tests, the zero-allocation proof, doc tests,
+# and building its examples), then examples/rust_paged_cache, the docs
+# (cargo doc, every public item documented, no warning), clippy with no
+# warning (when installed), and the README's Rust example, against the
 # library just built ($KVPOOL_LIB_DIR instead of pkg-config).
 b=${top_builddir:-.}
 s=${top_srcdir:-.}
@@ -65,6 +67,21 @@ for ex in from_oxillama from_cjc from_kapsl from_paged_eviction \
 	"$cargo" run --offline --locked --quiet \
 		--manifest-path "$crate/Cargo.toml" --example "$ex" >/dev/null
 done
+# The docs: #![deny(missing_docs)] in the crate, broken links here.
+if [ -x "$(dirname "$rustc")/rustdoc" ] || command -v rustdoc >/dev/null; then
+	RUSTDOCFLAGS="${RUSTDOCFLAGS:-} -D warnings" "$cargo" doc --offline \
+		--locked --quiet --no-deps --manifest-path "$crate/Cargo.toml"
+	echo "rust: cargo doc: no warnings"
+else
+	echo "rust: cargo doc skipped: no rustdoc beside $rustc"
+fi
+if "$cargo" clippy --version >/dev/null 2>&1; then
+	"$cargo" clippy --offline --locked --quiet --all-targets \
+		--manifest-path "$crate/Cargo.toml" -- -D warnings
+	echo "rust: cargo clippy: no warnings"
+else
+	echo "rust: cargo clippy skipped: not installed for $("$cargo" --version)"
+fi
 # Debian 12's Rust (1.63, the oldest the crate supports) as well, when it
 # is installed beside the cargo used above.
 if [ -x /usr/bin/cargo ] && [ -x /usr/bin/rustc ] &&
