@@ -250,6 +250,8 @@ fn main() {
                     engine.blocks_for_sequence(t * 100),
                     t * 100
                 );
+                drop(engine);
+                kvpool::thread_flush(); // before the count below, not at exit
             });
         }
     });
@@ -417,6 +419,10 @@ mod tests {
                                 _ => assert_eq!(engine.free_returning_count(seq), n),
                             }
                         }
+                        // Hand this thread's cached blocks back now: the
+                        // thread-exit hook would, but may still run after
+                        // the join, while the counts below are read.
+                        kvpool::thread_flush();
                         (engine, kept)
                     })
                 })
