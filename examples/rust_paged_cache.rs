@@ -60,7 +60,7 @@ impl PagedKvCache {
     /// of a query over the sequence's pages (layer 0).  Returns whether
     /// the step copied a shared page.
     fn decode(&self, seq: u64, token: u32) -> kvpool::Result<(bool, Vec<f32>)> {
-        let copied = self.m.append(seq, 1)?.is_some();
+        let copied = self.m.append(seq, 1)?.cow.is_some();
         let pos = self.m.info(seq)?.num_tokens - 1;
         for layer in 0..LAYERS {
             let (k, v) = kv_row(token, pos, layer);

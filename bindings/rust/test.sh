@@ -1,7 +1,9 @@
 #!/bin/sh
 # make check: the Rust crate's tests (cargo test --offline: unit, engine
-# shaped tests, doc test, and building its examples), then
-# examples/rust_paged_cache and the README's Rust example, against the
+# shaped tests, the porting tests, the zero-allocation proof, doc tests,
+# and building its examples), then examples/rust_paged_cache, the docs
+# (cargo doc, every public item documented, no warning), clippy with no
+# warning (when installed), and the README's Rust example, against the
 # library just built ($KVPOOL_LIB_DIR instead of pkg-config).
 b=${top_builddir:-.}
 s=${top_srcdir:-.}
@@ -59,13 +61,33 @@ echo "rust: $("$cargo" --version) ($("$rustc" --version 2>/dev/null))"
 "$cargo" test --offline --locked --quiet --manifest-path "$crate/Cargo.toml" 2>&1
 "$cargo" run --offline --locked --quiet --manifest-path "$crate/Cargo.toml" \
 	--example rust_paged_cache
+# The docs: #![deny(missing_docs)] in the crate, broken links here.
+if [ -x "$(dirname "$rustc")/rustdoc" ] || command -v rustdoc >/dev/null; then
+	RUSTDOCFLAGS="${RUSTDOCFLAGS:-} -D warnings" "$cargo" doc --offline \
+		--locked --quiet --no-deps --manifest-path "$crate/Cargo.toml"
+	echo "rust: cargo doc: no warnings"
+else
+	echo "rust: cargo doc skipped: no rustdoc beside $rustc"
+fi
+if "$cargo" clippy --version >/dev/null 2>&1; then
+	"$cargo" clippy --offline --locked --quiet --all-targets \
+		--manifest-path "$crate/Cargo.toml" -- -D warnings
+	echo "rust: cargo clippy: no warnings"
+else
+	echo "rust: cargo clippy skipped: not installed for $("$cargo" --version)"
+fi
 # Debian 12's Rust (1.63, the oldest the crate supports) as well, when it
 # is installed beside the cargo used above.
 if [ -x /usr/bin/cargo ] && [ -x /usr/bin/rustc ] &&
 	[ "$(command -v "$cargo")" != /usr/bin/cargo ]; then
+	# Its cargo runs doc tests without the runner, so without ASan
+	# preloaded: under ASan they are left to the cargo above.
+	targets=
+	[ -z "$runner" ] || targets="--lib --tests --examples"
+	# shellcheck disable=SC2086 # $targets: none, or several words
 	RUSTC=/usr/bin/rustc RUSTDOC=/usr/bin/rustdoc \
 		CARGO_TARGET_DIR="$b/bindings/rust/target-debian" \
-		/usr/bin/cargo test --offline --locked --quiet \
+		/usr/bin/cargo test --offline --locked --quiet $targets \
 		--manifest-path "$crate/Cargo.toml" >"$b/bindings/rust/debian.out" 2>&1 || {
 		tail -n 30 "$b/bindings/rust/debian.out"
 		echo "test: cargo test with Debian's $(/usr/bin/rustc --version)" \

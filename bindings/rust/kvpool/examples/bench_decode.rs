@@ -5,7 +5,8 @@
 //!   c      the C functions called directly (kvpool::sys), as bench_seq
 //!          does: kvp_seq_append(m, id, 1, cow, 1, &ncow), and at 2,048
 //!          tokens kvp_seq_free + kvp_seq_create of a 100-token prompt;
-//!   rust   the same loop through Manager::append / free / create.
+//!   rust   the same loop through Manager::append (kvp_seq_append_ex,
+//!          which also reports the block) / free / create.
 //! decode: 1,024 sequences staggered from 100 to 2,048 tokens, one token
 //! each in turn (a block every 16th append), an ID-only pool twice the
 //! working set.  evict: a full pool of idle cached prefix blocks and 256
@@ -37,7 +38,7 @@ fn id(j: u32) -> u64 {
 }
 
 fn c_append(m: *mut sys::kvp_manager, seq: u64, n: u32) {
-    let mut cow = kvpool::Copy::default();
+    let mut cow = kvpool::BlockCopy::default();
     let mut ncow = u32::MAX;
     // SAFETY: m is live; cow has room for one copy.
     let rc = unsafe { sys::kvp_seq_append(m, seq, n, &mut cow, 1, &mut ncow) };
@@ -103,7 +104,7 @@ fn decode(npairs: usize, chunk: u64) -> (Vec<f64>, Vec<f64>) {
             match peer {
                 Peer::C => c_append(raw, seq, 1),
                 Peer::Rust => {
-                    if m.append(seq, 1).unwrap().is_some() {
+                    if m.append(seq, 1).unwrap().cow.is_some() {
                         panic!("rust: unexpected copy");
                     }
                 }

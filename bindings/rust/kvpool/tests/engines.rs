@@ -11,9 +11,7 @@ use kvpool::{
 };
 
 fn id_pool(blocks: u32) -> Pool {
-    let mut cfg = PoolConfig::new(blocks, 16);
-    cfg.nocache = true;
-    Pool::new(&cfg).unwrap()
+    Pool::new(&PoolConfig::new(blocks, 16).nocache(true)).unwrap()
 }
 
 // -- a block pool: allocation and free counts, exhaustion, reuse --------
@@ -71,7 +69,7 @@ fn refcounts_and_double_free() {
     assert_eq!(pool.free(&ids).unwrap_err().kind(), ErrorKind::AlreadyFree);
     assert_eq!(pool.free(&[99]).unwrap_err().kind(), ErrorKind::OutOfRange);
     assert_eq!(
-        Pool::new(&PoolConfig::new(0, 16)).err().unwrap().kind(),
+        Pool::new(&PoolConfig::new(4, 0)).err().unwrap().kind(),
         ErrorKind::InvalidArgument
     );
 }
@@ -184,6 +182,7 @@ fn page_read_write() {
     let copy = m
         .append(2, 1)
         .unwrap()
+        .cow
         .expect("shared partial page is copied");
     assert_eq!(copy.tokens, 2);
     m.read(2, 5, 1, &mut k, &mut v).unwrap();
@@ -229,11 +228,11 @@ fn sequences_fork_cow_exports() {
     let pool = id_pool(64);
     let m = Manager::new(&pool, &ManagerConfig::default()).unwrap();
     m.create(1, 40).unwrap();
-    assert_eq!(m.append(1, 1).unwrap(), None);
+    assert_eq!(m.append(1, 1).unwrap().cow, None);
     m.fork(1, 2).unwrap();
     let b1 = m.blocks(1).unwrap();
     assert_eq!(m.blocks(2).unwrap(), b1);
-    let c = m.append(2, 1).unwrap().unwrap();
+    let c = m.append(2, 1).unwrap().cow.unwrap();
     assert_eq!((c.src, c.tokens), (b1[2], 9));
     assert_eq!(m.info(2).unwrap().num_tokens, 42);
     let (t, stride) = m.block_table(&[1, 2], -1).unwrap();
@@ -513,7 +512,10 @@ fn metrics_text() {
     assert!(om.ends_with("# EOF\n"));
     assert!(om.contains("# TYPE kvpool_sequence_forks counter\n"));
     assert!(om.contains("kvpool_sequence_forks_total{manager=\"rust \\\"m\\\"\"} 1\n"));
-    assert!(om.contains(&format!("kvpool_sequences_running{{manager=\"{}\"}} 0\n", anon.id())));
+    assert!(om.contains(&format!(
+        "kvpool_sequences_running{{manager=\"{}\"}} 0\n",
+        anon.id()
+    )));
     let prom = pool.metrics(&[&m], true).unwrap();
     assert!(prom.contains("# TYPE kvpool_sequence_forks_total counter\n"));
     assert!(!prom.contains("# EOF"));
