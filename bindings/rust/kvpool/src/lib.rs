@@ -1849,7 +1849,9 @@ impl Manager {
 
     /// Creates sequence dst sharing all of src's blocks.  A fork counts
     /// as an access of src (its access count grows and its last access
-    /// moves to now), so LRU and LFU preempt src after its fresh forks.
+    /// moves to now, just before dst's own): LRU keeps src over sequences
+    /// untouched since but takes it before its fresh forks, and LFU takes
+    /// the fresh forks first.
     pub fn fork(&self, src: u64, dst: u64) -> Result<()> {
         // SAFETY: plain call on a live manager.
         check(unsafe { sys::kvp_seq_fork(self.as_ptr(), src, dst) }).map(|_| ())
