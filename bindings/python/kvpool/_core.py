@@ -19,8 +19,10 @@ else:
 
 #: Element types of KV data (kvp_dtype).
 DTYPES = {"f32": 0, "f16": 1, "bf16": 2, "f64": 3, "u8": 4}
+_DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
 #: Eviction policies (kvp_policy).
 POLICIES = {"lru": 0, "lfu": 1, "longest": 2, "priority": 3}
+_POLICY_NAMES = {v: k for k, v in POLICIES.items()}
 #: Retention priorities (kvpool.h): the default, the highest below a
 #: pin, a pin (never evicted; capped per manager).
 RETAIN_DEFAULT, RETAIN_MAX, RETAIN_PIN = 0, 14, 15
@@ -34,7 +36,10 @@ HASH_ALGOS = {
 #: kvp_admit() results.
 ADMIT_OK, ADMIT_LATER, ADMIT_NEVER = 0, 1, 2
 _EVENT_TYPES = {0: "stored", 1: "removed", 2: "cleared"}
-POOL_ZERO, POOL_NOCACHE, PREFIX_CACHE = 1, 2, 1
+POOL_ZERO, POOL_NOCACHE, POOL_K_ONLY = 1, 2, 4
+PREFIX_CACHE, EXACT_LIMITS = 1, 2
+#: kvp_append_info.last_block when the sequence holds no block.
+NO_BLOCK = 0xFFFFFFFF
 METRICS_PROMETHEUS, METRICS_NO_EOF = 1, 2
 
 #: A copy-on-write copy the engine must perform: the first `tokens` token

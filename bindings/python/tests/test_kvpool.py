@@ -475,5 +475,86 @@ class TestInputChecks(unittest.TestCase):
             self.assertEqual(m.events_lost, 2)
 
 
+class TestABI(unittest.TestCase):
+    """Every struct _ffi.py declares has C's size, field offsets and
+    field sizes, and the constants the package copies have C's values: a
+    program compiled against include/kvpool.h prints them (skips without
+    a compiler)."""
+
+    CONSTANTS = {
+        "KVP_POOL_ZERO": _core.POOL_ZERO,
+        "KVP_POOL_NOCACHE": _core.POOL_NOCACHE,
+        "KVP_POOL_K_ONLY": _core.POOL_K_ONLY,
+        "KVP_PREFIX_CACHE": _core.PREFIX_CACHE,
+        "KVP_EXACT_LIMITS": _core.EXACT_LIMITS,
+        "KVP_NO_BLOCK": _core.NO_BLOCK,
+        "KVP_EVICT_LRU": kvpool.POLICIES["lru"],
+        "KVP_EVICT_LFU": kvpool.POLICIES["lfu"],
+        "KVP_EVICT_LONGEST": kvpool.POLICIES["longest"],
+        "KVP_EVICT_PRIORITY": kvpool.POLICIES["priority"],
+        "KVP_F32": kvpool.DTYPES["f32"],
+        "KVP_F16": kvpool.DTYPES["f16"],
+        "KVP_BF16": kvpool.DTYPES["bf16"],
+        "KVP_F64": kvpool.DTYPES["f64"],
+        "KVP_U8": kvpool.DTYPES["u8"],
+    }
+
+    def test_structs_and_constants(self):
+        import os
+        import shlex
+        import shutil
+        import subprocess
+        import tempfile
+        from kvpool._ffi import PARTIAL, ffi
+        cc = shlex.split(os.environ.get("CC") or "cc")
+        if not shutil.which(cc[0]):
+            self.skipTest("no C compiler (%s)" % cc[0])
+        inc = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                           os.pardir, os.pardir, os.pardir, "include")
+        want = {}
+        lines = ["#include <stddef.h>", "#include <stdio.h>",
+                 "#include <kvpool.h>", "int main(void)", "{"]
+        for name in ffi.list_types()[1]:
+            fields = ffi.typeof("struct " + name).fields
+            if fields is None:
+                continue  # opaque
+            if name not in PARTIAL:
+                want["sizeof %s" % name] = ffi.sizeof("struct " + name)
+                lines.append('printf("sizeof %s %%zu\\n", sizeof(struct %s));'
+                             % (name, name))
+            for f, ft in fields:
+                want["offsetof %s.%s" % (name, f)] = ft.offset
+                want["sizeof %s.%s" % (name, f)] = ffi.sizeof(ft.type)
+                lines.append('printf("offsetof %s.%s %%zu\\n", '
+                             'offsetof(struct %s, %s));' % (name, f, name, f))
+                lines.append('printf("sizeof %s.%s %%zu\\n", '
+                             'sizeof(((struct %s *)0)->%s));'
+                             % (name, f, name, f))
+        for c, v in self.CONSTANTS.items():
+            want["const " + c] = v
+            lines.append('printf("const %s %%llu\\n", (unsigned long long)%s);'
+                         % (c, c))
+        lines += ["return 0;", "}"]
+        self.assertIn("sizeof kvp_append_info", want)
+        self.assertIn("sizeof kvp_error_info", want)
+        with tempfile.TemporaryDirectory() as d:
+            src, exe = os.path.join(d, "abi.c"), os.path.join(d, "abi")
+            with open(src, "w") as f:
+                f.write("\n".join(lines) + "\n")
+            # No sanitizer flags: only sizes and offsets are run.
+            subprocess.run(cc + ["-I", inc, "-o", exe, src], check=True,
+                           env=dict(os.environ, LD_PRELOAD=""))
+            out = subprocess.run([exe], check=True, stdout=subprocess.PIPE,
+                                 universal_newlines=True,
+                                 env=dict(os.environ, LD_PRELOAD="")).stdout
+        got = {}
+        for line in out.splitlines():
+            key, val = line.rsplit(" ", 1)
+            got[key] = int(val)
+        self.assertEqual(sorted(got), sorted(want))
+        self.assertEqual(["%s: C %d, Python %d" % (k, got[k], want[k])
+                          for k in sorted(want) if got[k] != want[k]], [])
+
+
 if __name__ == "__main__":
     unittest.main()
