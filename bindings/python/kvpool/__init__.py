@@ -13,7 +13,8 @@ Threads: Pool and Manager may be used from any number of Python threads at
 once; every C call releases the GIL.  The event callback (see
 Manager.set_event_callback) runs in the thread whose call caused the
 event.  Errors raise kvpool.Error subclasses (an OSError with errno and
-kvp_strerror's text): NoSpace, NotFound, Exists, InvalidArgument, ...
+kvp_strerror's text): NoSpace (with the requested and available blocks),
+NotFound, Exists, InvalidArgument, ...
 
 The library is found through $KVPOOL_LIBRARY (a path), then the libdir
 `make install` recorded, then the dynamic linker's search path.

@@ -475,6 +475,112 @@ class TestInputChecks(unittest.TestCase):
             self.assertEqual(m.events_lost, 2)
 
 
+def no_space(test, fn, *args):
+    """fn(*args)'s NoSpace (the test fails if it raises none)."""
+    with test.assertRaises(kvpool.NoSpace) as cm:
+        fn(*args)
+    return cm.exception
+
+
+class TestErrorDetails(unittest.TestCase):
+    """NoSpace carries kvp_last_error(): requested and available."""
+
+    def test_blocks(self):
+        with kvpool.Pool(num_blocks=8, block_tokens=16, nocache=True) as p:
+            ids = p.alloc(8)
+            e = no_space(self, p.alloc, 3)
+            self.assertEqual((e.requested, e.available, e.buffer_too_small),
+                             (3, 0, False))
+            self.assertIn("3 requested, 0 available", str(e))
+            p.free(ids[:2])
+            e = no_space(self, p.alloc, 3)
+            self.assertEqual((e.requested, e.available), (3, 2))
+            self.assertIn("3 requested, 2 available", str(e))
+            p.free(ids[2:])
+            with kvpool.Manager(p) as m:
+                # more than the pool has, and an append that needs a block
+                e = no_space(self, m.create, 1, 9 * 16)
+                self.assertEqual((e.requested, e.available), (9, 8))
+                m.create(2, 8 * 16)
+                e = no_space(self, m.append, 2)
+                self.assertEqual((e.requested, e.available), (1, 0))
+                e = no_space(self, m.append_ex, 2)
+                self.assertEqual((e.requested, e.available), (1, 0))
+                e = no_space(self, m.append_many, [2])
+                self.assertEqual((e.requested, e.available, e.done),
+                                 (1, 0, 0))
+
+    def test_buffer(self):
+        from kvpool._ffi import ffi, lib
+        with kvpool.Pool(64) as pool, kvpool.Manager(pool) as m:
+            for i in (1, 2, 3):
+                m.create(i)
+            ids = ffi.new("uint64_t[]", 2)
+            n = ffi.new("uint32_t *")
+            rc = lib.kvp_manager_seqs(m._m, ids, 2, n)
+            self.assertEqual((rc, n[0]), (-errno.ENOSPC, 3))
+            e = kvpool.errors.error(rc, "sequences")
+            self.assertIsInstance(e, kvpool.NoSpace)
+            self.assertEqual((e.requested, e.available, e.buffer_too_small),
+                             (3, 2, True))
+            self.assertIn("3 entries needed", str(e))
+
+    def test_per_thread(self):
+        from kvpool._ffi import ffi, lib
+        got = {}
+
+        def other(pool):
+            # A thread with no -ENOSPC yet has no details ...
+            got["fresh"] = kvpool.errors.error(-errno.ENOSPC)
+            # ... and its own failure does not touch the main thread's.
+            try:
+                pool.alloc(5)
+            except kvpool.NoSpace as e:
+                got["other"] = e
+        with kvpool.Pool(num_blocks=4, nocache=True) as p:
+            held = p.alloc(4)
+            no_space(self, p.alloc, 2)
+            t = threading.Thread(target=other, args=(p,))
+            t.start()
+            t.join()
+            self.assertIsNone(got["fresh"].requested)
+            self.assertEqual(str(got["fresh"]),
+                             "[Errno 28] not enough free blocks")
+            self.assertEqual(got["other"].requested, 5)
+            info = ffi.new("struct kvp_error_info *")
+            self.assertEqual(lib.kvp_last_error(info), 0)
+            self.assertEqual((info.err, info.requested, info.available),
+                             (-errno.ENOSPC, 2, 0))
+            self.assertEqual(lib.kvp_last_error(ffi.NULL), -errno.EINVAL)
+            p.free(held)
+
+    def test_threads_read_their_own(self):
+        # 4 threads fail at once on a full pool, each asking its own
+        # count: a record shared between threads would mix them up.
+        wrong = []
+        with kvpool.Pool(num_blocks=4, nocache=True) as p:
+            held = p.alloc(4)
+            barrier = threading.Barrier(4)
+
+            def fail(k):
+                barrier.wait()
+                for _ in range(2000):
+                    try:
+                        p.alloc(k)
+                    except kvpool.NoSpace as e:
+                        if (e.requested, e.available) != (k, 0):
+                            wrong.append((k, e.requested, e.available))
+                kvpool.thread_flush()
+            ts = [threading.Thread(target=fail, args=(k,))
+                  for k in (1, 2, 3, 5)]
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join()
+            p.free(held)
+        self.assertEqual(wrong, [])
+
+
 class TestABI(unittest.TestCase):
     """Every struct _ffi.py declares has C's size, field offsets and
     field sizes, and the constants the package copies have C's values: a
