@@ -57,6 +57,21 @@ class Layout:
 
 
 @dataclasses.dataclass(frozen=True)
+class PoolConfig:
+    """A pool's configuration as in effect (kvp_pool_get_config): the
+    arguments of Pool(), cache_blocks resolved (0: no thread caches), so
+    Pool(**vars(pool.config)) makes a pool like it."""
+    num_blocks: int
+    block_tokens: int
+    cache_blocks: int
+    device_id: int
+    layout: Optional[Layout]
+    zero: bool
+    nocache: bool
+    k_only: bool
+
+
+@dataclasses.dataclass(frozen=True)
 class PoolStats:
     """kvp_pool_stats(): exact at quiescence, approximate otherwise."""
     total: int
@@ -300,18 +315,24 @@ class Pool:
     """A pool of blocks (kvp_pool).  Thread-safe; close() (or the end of
     a with block, or garbage collection) drops this object's reference.
 
-    layout: None for an ID-only pool, or a Layout for a pool that owns
-    the KV data (then block_data(), Manager.write() and friends work)."""
+    num_blocks may be 0: an empty pool (a device with no KV memory),
+    where every allocation of a block or more raises NoSpace and
+    sequences of 0 tokens work.  layout: None for an ID-only pool, or a
+    Layout for a pool that owns the KV data (then block_data(),
+    Manager.write() and friends work); k_only=True (with a layout) keeps
+    K alone, half the bytes: the data calls take and give V as None."""
 
     _p = ffi.NULL
+    _k_only = False
 
     def __init__(self, num_blocks, block_tokens=16, cache_blocks=0,
-                 device_id=-1, layout=None, zero=False, nocache=False):
+                 device_id=-1, layout=None, zero=False, nocache=False,
+                 k_only=False):
         cfg = ffi.new("struct kvp_pool_config *")
         cfg.num_blocks, cfg.block_tokens = num_blocks, block_tokens
         cfg.cache_blocks, cfg.device_id = cache_blocks, device_id
-        cfg.flags = (POOL_ZERO if zero else 0) | (POOL_NOCACHE if nocache
-                                                  else 0)
+        cfg.flags = (POOL_ZERO if zero else 0) | \
+            (POOL_NOCACHE if nocache else 0) | (POOL_K_ONLY if k_only else 0)
         if layout is not None:
             lay = ffi.new("struct kvp_layout *")
             lay.num_layers, lay.num_kv_heads = layout.num_layers, \
@@ -326,7 +347,7 @@ class Pool:
         out = ffi.new("struct kvp_pool **")
         _check(lib.kvp_pool_create(cfg, out), "Pool")
         self._p = out[0]
-        self.layout = layout
+        self._k_only = bool(k_only)  # the data calls' V; never changes
 
     def close(self):
         """Drops this object's pool reference (managers keep their own)."""
@@ -350,6 +371,40 @@ class Pool:
     def block_bytes(self):
         """Bytes of KV data per block (0 for an ID-only pool)."""
         return lib.kvp_block_bytes(self._p)
+
+    @property
+    def config(self):
+        """The configuration in effect (kvp_pool_get_config): a
+        PoolConfig."""
+        cfg = ffi.new("struct kvp_pool_config *")
+        lay = ffi.new("struct kvp_layout *")
+        _check(lib.kvp_pool_get_config(self._p, cfg, lay), "config")
+        layout = None
+        if cfg.layout != ffi.NULL:
+            layout = Layout(lay.num_layers, lay.num_kv_heads, lay.head_dim,
+                            _DTYPE_NAMES.get(lay.dtype, lay.dtype))
+        return PoolConfig(cfg.num_blocks, cfg.block_tokens, cfg.cache_blocks,
+                          cfg.device_id, layout, bool(cfg.flags & POOL_ZERO),
+                          bool(cfg.flags & POOL_NOCACHE),
+                          bool(cfg.flags & POOL_K_ONLY))
+
+    @property
+    def num_blocks(self):
+        return self.config.num_blocks
+
+    @property
+    def device_id(self):
+        return self.config.device_id
+
+    @property
+    def layout(self):
+        """The Layout of a data-owning pool, None for an ID-only one."""
+        return self.config.layout
+
+    @property
+    def k_only(self):
+        """True for a pool that stores K alone (k_only=True)."""
+        return self.config.k_only
 
     @property
     def row_bytes(self):
@@ -759,32 +814,42 @@ class Manager:
         return _result(arr, n)
 
     # -- KV data (data-owning pools) -----------------------------------
-    def write(self, seq, pos, layer, k, v):
-        """Writes token pos's K and V rows (bytes-like, row_bytes each)."""
+    def write(self, seq, pos, layer, k, v=None):
+        """Writes token pos's K and V rows (bytes-like, row_bytes each);
+        v is None for a K-only pool, and only for one."""
         rb = self.pool.row_bytes
-        kb, vb = ffi.from_buffer(k), ffi.from_buffer(v)
-        if len(kb) < rb or len(vb) < rb:
+        kb = ffi.from_buffer(k)
+        vb = ffi.NULL if v is None else ffi.from_buffer(v)
+        if len(kb) < rb or (v is not None and len(vb) < rb):
             raise InvalidArgument(22, "write: rows are %d bytes" % rb)
+        if v is None and not self.pool._k_only:
+            raise InvalidArgument(22, "write: this pool stores V: pass v")
+        if v is not None and self.pool._k_only:
+            raise InvalidArgument(22, "write: a K-only pool takes v=None")
         _check(lib.kvp_seq_write(self._m, seq, pos, layer, kb, vb), "write")
 
     def read(self, seq, pos, layer):
-        """Token pos's K and V rows for one layer: (bytearray, bytearray)."""
+        """Token pos's K and V rows for one layer: (bytearray, bytearray),
+        or (bytearray, None) for a K-only pool."""
         rb = self.pool.row_bytes
-        k, v = bytearray(rb), bytearray(rb)
-        _check(lib.kvp_seq_read(self._m, seq, pos, layer,
-                                ffi.from_buffer(k), ffi.from_buffer(v)),
+        k = bytearray(rb)
+        v = None if self.pool._k_only else bytearray(rb)
+        _check(lib.kvp_seq_read(self._m, seq, pos, layer, ffi.from_buffer(k),
+                                ffi.NULL if v is None else ffi.from_buffer(v)),
                "read")
         return k, v
 
     def gather(self, seq, layer):
         """One layer of the whole sequence as contiguous K and V
-        [tokens][heads][dim] bytearrays."""
+        [tokens][heads][dim] bytearrays (V None for a K-only pool)."""
         rb = self.pool.row_bytes
         n = self.info(seq).num_tokens
-        k, v = bytearray(rb * n), bytearray(rb * n)
+        k = bytearray(rb * n)
+        v = None if self.pool._k_only else bytearray(rb * n)
         if rb and n:
-            _check(lib.kvp_seq_gather(self._m, seq, layer, ffi.from_buffer(k),
-                                      ffi.from_buffer(v)), "gather")
+            _check(lib.kvp_seq_gather(
+                self._m, seq, layer, ffi.from_buffer(k),
+                ffi.NULL if v is None else ffi.from_buffer(v)), "gather")
         return k, v
 
 
@@ -837,7 +902,7 @@ class Sequence:
     def slot_mapping(self, first_pos=0, n=None):
         return self.manager.slot_mapping(self.id, first_pos, n)
 
-    def write(self, pos, layer, k, v):
+    def write(self, pos, layer, k, v=None):
         self.manager.write(self.id, pos, layer, k, v)
 
     def read(self, pos, layer):

@@ -58,7 +58,7 @@ class TestPool(unittest.TestCase):
                 p.free(ids[:1])
             self.assertEqual(cm.exception.errno, errno.EALREADY)
         with self.assertRaises(kvpool.InvalidArgument):
-            kvpool.Pool(num_blocks=0)
+            kvpool.Pool(num_blocks=2**31 + 1)  # above KVP_MAX_BLOCKS
         with self.assertRaises(kvpool.InvalidArgument):
             kvpool.Pool(num_blocks=8, layout=kvpool.Layout(1, 1, 1, "f7"))
 
@@ -579,6 +579,109 @@ class TestErrorDetails(unittest.TestCase):
                 t.join()
             p.free(held)
         self.assertEqual(wrong, [])
+
+
+class TestEmptyPool(unittest.TestCase):
+    def test_empty(self):
+        with kvpool.Pool(num_blocks=0) as p:
+            self.assertEqual(p.num_blocks, 0)
+            self.assertEqual((p.stats().total, p.stats().free), (0, 0))
+            e = no_space(self, p.alloc, 1)
+            self.assertEqual((e.requested, e.available), (1, 0))
+            with kvpool.Manager(p) as m:
+                s = m.create(1)               # 0 tokens: no block
+                self.assertEqual(m.sequences(), [1])
+                self.assertEqual(as_list(s.blocks()), [])
+                e = no_space(self, s.append)
+                self.assertEqual((e.requested, e.available), (1, 0))
+                e = no_space(self, m.create, 2, 1)
+                self.assertEqual((e.requested, e.available), (1, 0))
+                self.assertEqual(m.admit(1), kvpool.ADMIT_NEVER)
+                self.assertEqual(m.admit(0), kvpool.ADMIT_OK)
+                m.check()
+            p.check()
+
+
+class TestPoolConfig(unittest.TestCase):
+    def test_properties(self):
+        lay = kvpool.Layout(num_layers=2, num_kv_heads=1, head_dim=4,
+                            dtype="f16")
+        with kvpool.Pool(8, block_tokens=4, device_id=3, layout=lay,
+                         zero=True, nocache=True) as p:
+            want = kvpool.PoolConfig(num_blocks=8, block_tokens=4,
+                                     cache_blocks=0, device_id=3,
+                                     layout=lay, zero=True, nocache=True,
+                                     k_only=False)
+            self.assertEqual(p.config, want)
+            self.assertEqual((p.num_blocks, p.device_id, p.layout, p.k_only),
+                             (8, 3, lay, False))
+            with kvpool.Pool(**vars(p.config)) as twin:
+                self.assertEqual(twin.config, want)
+        with kvpool.Pool(64, cache_blocks=8) as p:
+            c = p.config
+            self.assertEqual((c.num_blocks, c.block_tokens, c.cache_blocks,
+                              c.device_id, c.layout, c.zero, c.nocache),
+                             (64, 16, 8, -1, None, False, False))
+            self.assertIsNone(p.layout)
+        p = kvpool.Pool(4)
+        p.close()
+        with self.assertRaises(kvpool.InvalidArgument):
+            p.config
+
+
+class TestKOnly(unittest.TestCase):
+    LAY = kvpool.Layout(num_layers=2, num_kv_heads=1, head_dim=2, dtype="u8")
+
+    def test_roundtrip(self):
+        with kvpool.Pool(8, block_tokens=2, layout=self.LAY) as kv:
+            kv_bytes = kv.block_bytes
+        with kvpool.Pool(8, block_tokens=2, layout=self.LAY,
+                         k_only=True) as p, kvpool.Manager(p) as m:
+            self.assertTrue(p.k_only)
+            self.assertTrue(p.config.k_only)
+            self.assertEqual(p.block_bytes * 2, kv_bytes)
+            self.assertEqual(p.row_bytes, 2)
+            s = m.create(1, 3)
+            for pos in range(3):
+                s.write(pos, 1, bytes([pos, 7]))
+                s.write(pos, 0, bytes([9, pos]))
+            self.assertEqual(s.read(2, 1), (bytearray([2, 7]), None))
+            self.assertEqual(s.read(1, 0), (bytearray([9, 1]), None))
+            k, v = s.gather(1)
+            self.assertIsNone(v)
+            self.assertEqual(bytes(k), bytes([0, 7, 1, 7, 2, 7]))
+            k, v = s.gather(0)
+            self.assertEqual(bytes(k), bytes([9, 0, 9, 1, 9, 2]))
+            # [layer][token][head][dim]: layer 1 starts a block's 2nd half
+            b0 = as_list(s.blocks())[0]
+            self.assertEqual(bytes(p.block_data(b0)), bytes([9, 0, 9, 1,
+                                                             0, 7, 1, 7]))
+            with self.assertRaises(kvpool.InvalidArgument):
+                s.write(0, 0, b"xx", b"yy")
+            with self.assertRaises(kvpool.OutOfRange):
+                s.read(3, 0)
+
+    def test_v_contract(self):
+        from kvpool._ffi import ffi, lib
+        row = ffi.new("uint8_t[]", 2)
+        with kvpool.Pool(8, block_tokens=2, layout=self.LAY,
+                         k_only=True) as p, kvpool.Manager(p) as m:
+            m.create(1, 1)
+            self.assertEqual(lib.kvp_seq_write(m._m, 1, 0, 0, row, row),
+                             -errno.EINVAL)
+            self.assertEqual(lib.kvp_seq_read(m._m, 1, 0, 0, row, row),
+                             -errno.EINVAL)
+            self.assertEqual(lib.kvp_seq_write(m._m, 1, 0, 0, row, ffi.NULL),
+                             0)
+        with kvpool.Pool(8, block_tokens=2, layout=self.LAY) as p, \
+                kvpool.Manager(p) as m:
+            s = m.create(1, 1)
+            self.assertEqual(lib.kvp_seq_write(m._m, 1, 0, 0, row, ffi.NULL),
+                             -errno.EINVAL)
+            with self.assertRaises(kvpool.InvalidArgument):
+                s.write(0, 0, b"xx")
+        with self.assertRaises(kvpool.InvalidArgument):
+            kvpool.Pool(8, k_only=True)  # K-only needs a layout
 
 
 class TestABI(unittest.TestCase):
