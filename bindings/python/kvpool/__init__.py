@@ -22,15 +22,15 @@ The library is found through $KVPOOL_LIBRARY (a path), then the libdir
 from ._ffi import LIBRARY
 from ._core import (ADMIT_LATER, ADMIT_NEVER, ADMIT_OK, DTYPES, HASH_ALGOS,
                     POLICIES, RETAIN_DEFAULT, RETAIN_MAX, RETAIN_PIN,
-                    BlockHashes, Copy, Event, Layout, Manager, Pool,
-                    PoolConfig, PoolStats, SeqInfo, Sequence, Stats,
+                    AppendInfo, BlockHashes, Copy, Event, Layout, Manager,
+                    Pool, PoolConfig, PoolStats, SeqInfo, Sequence, Stats,
                     hash_blocks, set_xxh3_seed, thread_flush)
 from .errors import (AlreadyFree, Busy, CheckFailed, Error, Exists,
                      InvalidArgument, NoMemory, NoSpace, NotFound,
                      OutOfRange, Overflow, strerror)
 
 __all__ = ["Pool", "Manager", "Sequence", "Layout", "PoolConfig",
-           "PoolStats", "Stats", "SeqInfo", "Event", "Copy",
+           "PoolStats", "Stats", "SeqInfo", "Event", "Copy", "AppendInfo",
            "BlockHashes", "hash_blocks",
            "set_xxh3_seed", "thread_flush", "strerror", "DTYPES", "POLICIES",
            "HASH_ALGOS", "RETAIN_DEFAULT", "RETAIN_MAX", "RETAIN_PIN",

@@ -2,6 +2,7 @@
 import dataclasses
 import errno as _errno
 import os
+import struct
 import threading
 from collections import namedtuple
 from typing import List, Optional
@@ -69,6 +70,20 @@ class PoolConfig:
     zero: bool
     nocache: bool
     k_only: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class AppendInfo:
+    """What Manager.append_ex() did (struct kvp_append_info).
+
+    last_block holds the sequence's last token (None if it holds none),
+    num_tokens is the sequence's count after the append, new_blocks the
+    blocks it allocated (a copy-on-write's destination included), cow
+    the Copy the engine must perform, or None."""
+    last_block: Optional[int]
+    num_tokens: int
+    new_blocks: int
+    cow: Optional[Copy]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,15 +165,35 @@ def _check(rc, what=None):
     return rc
 
 
+def _f32(x):
+    """The shortest decimal that reads back as the same C float (0.9, not
+    0.8999999761581421)."""
+    for digits in range(6, 10):
+        y = float("%.*g" % (digits, x))
+        if struct.pack("f", y) == struct.pack("f", x):
+            return y
+    return x
+
+
+def _policy(name):
+    try:
+        return POLICIES[name]
+    except (KeyError, TypeError):
+        raise InvalidArgument(22, "unknown policy %r (known: %s)"
+                              % (name, ", ".join(POLICIES))) from None
+
+
 _tls = threading.local()
 
 
 def _scratch():
-    """This thread's append buffers (a copy and its count)."""
+    """This thread's append buffers (a copy, its count, an append
+    info)."""
     try:
         return _tls.s
     except AttributeError:
-        _tls.s = (ffi.new("struct kvp_copy[1]"), ffi.new("uint32_t *"))
+        _tls.s = (ffi.new("struct kvp_copy[1]"), ffi.new("uint32_t *"),
+                  ffi.new("struct kvp_append_info *"))
         return _tls.s
 
 
@@ -486,6 +521,12 @@ class Manager:
     serialised by the library, different sequences never contend.  Only
     close() and set_event_callback() need that no other thread uses the
     manager.
+
+    eviction_threshold (utilisation at which eviction is due, in [0, 1])
+    and watermark (fraction of the pool kept free at admission, in
+    [0, 1)) are taken as given, 0 included (KVP_EXACT_LIMITS).  The
+    policy ("lru", "lfu", "longest", "priority") may be changed at any
+    time: set_policy() or `manager.policy = "lfu"`.
     """
 
     _m = ffi.NULL
@@ -499,18 +540,14 @@ class Manager:
         with self._lost_lock:
             return self._lost
 
-    def __init__(self, pool, policy="lru", eviction_threshold=0.0,
-                 watermark=0.0, prefix_cache=False, max_pinned=0,
+    def __init__(self, pool, policy="lru", eviction_threshold=0.9,
+                 watermark=0.01, prefix_cache=False, max_pinned=0,
                  name=None):
         cfg = ffi.new("struct kvp_manager_config *")
         cfg.pool = pool._p
-        try:
-            cfg.policy = POLICIES[policy]
-        except KeyError:
-            raise InvalidArgument(22, "unknown policy %r" % (policy,)) \
-                from None
+        cfg.policy = _policy(policy)
         cfg.eviction_threshold, cfg.watermark = eviction_threshold, watermark
-        cfg.flags = PREFIX_CACHE if prefix_cache else 0
+        cfg.flags = (PREFIX_CACHE if prefix_cache else 0) | EXACT_LIMITS
         cfg.max_pinned = max_pinned
         if name is not None:
             if not isinstance(name, str):
@@ -540,7 +577,54 @@ class Manager:
     def __exit__(self, *exc):
         self.close()
 
+    # -- configuration -------------------------------------------------
+    def _config(self):
+        cfg = ffi.new("struct kvp_manager_config *")
+        _check(lib.kvp_manager_get_config(self._m, cfg), "config")
+        return cfg
+
+    @property
+    def policy(self):
+        """The eviction policy's name; assigning one calls set_policy()."""
+        p = self._config().policy
+        return _POLICY_NAMES.get(p, p)
+
+    @policy.setter
+    def policy(self, name):
+        self.set_policy(name)
+
+    def set_policy(self, policy):
+        """Changes the policy by which evict(), evict_until() and
+        peek_victim() choose, while sequences live and other threads run:
+        choices that start after the call use it."""
+        _check(lib.kvp_manager_set_policy(self._m, _policy(policy)),
+               "set_policy")
+
+    @property
+    def eviction_threshold(self):
+        """Utilisation at which eviction is due (evict_until's default
+        target)."""
+        return _f32(self._config().eviction_threshold)
+
+    @property
+    def watermark(self):
+        """Fraction of the pool admit() keeps free."""
+        return _f32(self._config().watermark)
+
     # -- sequences ------------------------------------------------------
+    def sequences(self):
+        """The ids of the manager's sequences, in no particular order (one
+        created or freed meanwhile may or may not be listed)."""
+        cap = 64
+        n = ffi.new("uint32_t *")
+        while True:
+            ids = ffi.new("uint64_t[]", cap)
+            rc = lib.kvp_manager_seqs(self._m, ids, cap, n)
+            if rc != -_errno.ENOSPC:
+                _check(rc, "sequences")
+                return list(ids[0:n[0]])
+            cap = max(n[0] + 16, 2 * cap)  # more may come meanwhile
+
     def create(self, seq, num_tokens=0):
         """Creates sequence seq of num_tokens tokens; returns its handle."""
         _check(lib.kvp_seq_create(self._m, seq, num_tokens), "create")
@@ -602,9 +686,9 @@ class Manager:
         """Appends token slots; returns the Copy the engine must perform
         (copy-on-write of a shared last block) or None."""
         try:
-            cow, ncow = _tls.s
+            cow, ncow, _info = _tls.s
         except AttributeError:
-            cow, ncow = _scratch()
+            cow, ncow, _info = _scratch()
         rc = lib.kvp_seq_append(self._m, seq, num_tokens, cow, 1, ncow)
         if rc:
             raise error(rc, "append")
@@ -612,6 +696,31 @@ class Manager:
             c = cow[0]
             return Copy(c.src, c.dst, c.tokens)
         return None
+
+    def append_ex(self, seq, num_tokens=1):
+        """append(), reporting what it did: an AppendInfo (the block that
+        holds the last token, the count, the blocks allocated and the
+        Copy to perform or None)."""
+        try:
+            cow, ncow, info = _tls.s
+        except AttributeError:
+            cow, ncow, info = _scratch()
+        rc = lib.kvp_seq_append_ex(self._m, seq, num_tokens, cow, 1, ncow,
+                                   info)
+        if rc:
+            raise error(rc, "append_ex")
+        c = cow[0]
+        return AppendInfo(
+            None if info.last_block == NO_BLOCK else info.last_block,
+            info.num_tokens, info.new_blocks,
+            Copy(c.src, c.dst, c.tokens) if ncow[0] else None)
+
+    def reserve(self, seq, num_tokens):
+        """Makes room in seq's block table for num_tokens tokens in all,
+        so that appends up to that count allocate no host memory (they
+        still take blocks from the pool).  Lasts until seq is freed or
+        its table shrinks; a fork does not inherit it."""
+        _check(lib.kvp_seq_reserve(self._m, seq, num_tokens), "reserve")
 
     def append_many(self, seqs, num_tokens=None):
         """Appends to every sequence of seqs in one C call
@@ -700,6 +809,17 @@ class Manager:
         sequence is left)."""
         v = ffi.new("uint64_t *")
         _check(lib.kvp_evict(self._m, v), "evict")
+        return v[0]
+
+    def peek_victim(self):
+        """The sequence evict() would choose now, without evicting it; None
+        if there is none.  Advice: another thread may change the choice
+        before the next call."""
+        v = ffi.new("uint64_t *")
+        rc = lib.kvp_evict_peek(self._m, v)
+        if rc == -_errno.ENOENT:
+            return None
+        _check(rc, "peek_victim")
         return v[0]
 
     def evict_until(self, target_util=-1.0, cap=4096):
@@ -877,6 +997,12 @@ class Sequence:
 
     def append(self, num_tokens=1):
         return self.manager.append(self.id, num_tokens)
+
+    def append_ex(self, num_tokens=1):
+        return self.manager.append_ex(self.id, num_tokens)
+
+    def reserve(self, num_tokens):
+        self.manager.reserve(self.id, num_tokens)
 
     def fork(self, dst):
         return self.manager.fork(self.id, dst)

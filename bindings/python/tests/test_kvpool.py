@@ -684,6 +684,143 @@ class TestKOnly(unittest.TestCase):
             kvpool.Pool(8, k_only=True)  # K-only needs a layout
 
 
+class TestManagerIssue29(unittest.TestCase):
+    def test_limits(self):
+        with kvpool.Pool(200, block_tokens=16) as pool:
+            with kvpool.Manager(pool) as m:
+                self.assertEqual((m.eviction_threshold, m.watermark),
+                                 (0.9, 0.01))
+                # 0.01 of 200 blocks kept free
+                self.assertEqual(m.admit(199 * 16), kvpool.ADMIT_NEVER)
+                m.create(1, 16)
+                self.assertEqual(m.evict_until(), ([], True))
+            with kvpool.Manager(pool, eviction_threshold=0.0,
+                                watermark=0.0) as m:
+                self.assertEqual((m.eviction_threshold, m.watermark),
+                                 (0.0, 0.0))
+                self.assertEqual(m.admit(200 * 16), kvpool.ADMIT_OK)
+                m.create(1, 16)
+                m.create(2, 1)
+                # threshold 0: due while a single block is used
+                victims, met = m.evict_until()
+                self.assertEqual((sorted(victims), met), ([1, 2], True))
+            with kvpool.Manager(pool, eviction_threshold=0.5,
+                                watermark=0.25) as m:
+                self.assertEqual((m.eviction_threshold, m.watermark),
+                                 (0.5, 0.25))
+            for bad in (dict(eviction_threshold=1.5),
+                        dict(eviction_threshold=-0.1),
+                        dict(watermark=1.0)):
+                with self.assertRaises(kvpool.InvalidArgument):
+                    kvpool.Manager(pool, **bad)
+
+    def test_policy_peek(self):
+        with kvpool.Pool(64, block_tokens=16) as pool, \
+                kvpool.Manager(pool) as m:
+            self.assertIsNone(m.peek_victim())
+            m.create(1, 48)           # longest, accessed most, latest
+            m.create(2, 16)
+            m.set_priority(2, 10)     # 1 has the lower priority
+            for _ in range(3):
+                m.append(1)
+            self.assertGreater(m.info(1).last_access, m.info(2).last_access)
+            self.assertGreater(m.info(1).access_count,
+                               m.info(2).access_count)
+            want = {"lru": 2, "lfu": 2, "longest": 1, "priority": 1}
+            for policy in ("longest", "lru", "priority", "lfu"):
+                m.policy = policy
+                self.assertEqual(m.policy, policy)
+                self.assertEqual(m.peek_victim(), want[policy], policy)
+            m.set_policy("longest")
+            self.assertEqual(m.policy, "longest")
+            self.assertEqual(m.peek_victim(), 1)
+            self.assertEqual(sorted(m.sequences()), [1, 2])  # not evicted
+            with self.assertRaises(kvpool.InvalidArgument):
+                m.policy = "fifo"
+            self.assertEqual(m.policy, "longest")
+            self.assertEqual(m.evict(), 1)
+            self.assertEqual(m.peek_victim(), 2)
+            m.free(2)
+            self.assertIsNone(m.peek_victim())
+
+    def test_sequences(self):
+        with kvpool.Pool(64) as pool, kvpool.Manager(pool) as m:
+            self.assertEqual(m.sequences(), [])
+            ids = [1, 2, 2**40 + 3] + list(range(1000, 1100))
+            for i in ids:
+                m.create(i)
+            m.create(5, 40)
+            m.fork(5, 6)
+            m.free(2)
+            m.free(5)
+            got = m.sequences()
+            self.assertEqual(len(got), len(set(got)))
+            want = sorted(set(ids) - {2} | {6})
+            self.assertEqual(sorted(got), want)
+            self.assertEqual(m.stats().sequences, len(want))
+
+    def test_reserve(self):
+        with kvpool.Pool(64, block_tokens=16) as pool, \
+                kvpool.Manager(pool) as m:
+            s = m.create(1, 5)
+            s.reserve(1000)
+            # room in the table, no blocks taken
+            self.assertEqual(pool.stats().used, 1)
+            self.assertEqual(s.info().num_tokens, 5)
+            m.reserve(1, 3)           # below the count: a no-op
+            for _ in range(995):
+                s.append()
+            self.assertEqual(s.info().num_tokens, 1000)
+            self.assertEqual(len(s.blocks()), 63)
+            m.append(1, 8)
+            self.assertEqual(s.info().num_tokens, 1008)
+            with self.assertRaises(kvpool.NotFound):
+                m.reserve(9, 16)
+            m.create(2)
+            e = no_space(self, m.reserve, 2, 65 * 16)   # more than the pool
+            self.assertEqual(e.requested, 65)
+            self.assertEqual(m.info(2).num_tokens, 0)
+            m.reserve(2, 64 * 16)     # the whole pool: room, no blocks
+            self.assertEqual(pool.stats().used, 63)
+            m.check()
+
+    def test_append_ex(self):
+        with kvpool.Pool(64, block_tokens=16) as pool, \
+                kvpool.Manager(pool) as m:
+            s = m.create(1, 15)
+            a = s.append_ex()
+            self.assertIsInstance(a, kvpool.AppendInfo)
+            self.assertEqual(a, kvpool.AppendInfo(as_list(s.blocks())[-1],
+                                                  16, 0, None))
+            a = m.append_ex(1)
+            blocks = as_list(s.blocks())
+            self.assertEqual((a.last_block, a.num_tokens, a.new_blocks,
+                              a.cow), (blocks[-1], 17, 1, None))
+            self.assertEqual(as_list(s.slot_mapping(16)),
+                             [a.last_block * 16 + 0])
+            a = m.append_ex(1, 40)    # 57 tokens: 4 blocks
+            self.assertEqual((a.num_tokens, a.new_blocks), (57, 2))
+            self.assertEqual(a.last_block, as_list(s.blocks())[-1])
+            # a fork's append copies the shared last block
+            f = s.fork(2)
+            a = f.append_ex()
+            self.assertIsInstance(a.cow, kvpool.Copy)
+            self.assertEqual((a.cow.src, a.cow.tokens),
+                             (as_list(s.blocks())[-1], 9))
+            self.assertEqual((a.last_block, a.new_blocks, a.num_tokens),
+                             (a.cow.dst, 1, 58))
+            self.assertEqual(as_list(f.blocks())[-1], a.last_block)
+            # the plain append still returns a Copy or None
+            self.assertIsNone(s.append())
+            m.create(3)
+            a = m.append_ex(3, 0)
+            self.assertEqual((a.last_block, a.num_tokens, a.new_blocks),
+                             (None, 0, 0))
+            with self.assertRaises(kvpool.NotFound):
+                m.append_ex(9)
+            m.check()
+
+
 class TestABI(unittest.TestCase):
     """Every struct _ffi.py declares has C's size, field offsets and
     field sizes, and the constants the package copies have C's values: a
