@@ -55,6 +55,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 #define NIDS 8
 #define MAX_BLOCKS 40
 #define MAX_LIST 8
+#define MAX_LISTED 4096 /* kvp_manager_seqs's buffer */
 
 static const uint64_t seq_ids[NIDS] = {1, 2, 3, 4, 5, 0, UINT64_MAX,
 				       1ull << 63};
@@ -821,6 +822,10 @@ static void mgr_open(struct world *w, int i, struct rd *r)
 	me->stamp = ++stamp;
 	w->slot_entry[i] = me;
 	w->m[i] = me->m;
+	/* A cached manager's policy may have been changed by an earlier
+	 * input (op_control): it is its configuration's again. */
+	EXPECT_RC("kvp_manager_set_policy (opening a slot)",
+		  kvp_manager_set_policy(w->m[i], c.policy), 0);
 	w->mm[i] = model_mgr_new(w->mp, &c);
 	EXPECT_RC("kvp_manager_set_event_cb",
 		  kvp_manager_set_event_cb(w->m[i], on_event,
@@ -914,6 +919,129 @@ static void op_append(struct world *w, struct rd *r)
 		EXPECT_EQ("kvp_seq_append: cow.dst", lcow[0].dst, mcow.dst);
 		EXPECT_EQ("kvp_seq_append: cow.tokens", lcow[0].tokens,
 			  mcow.tokens);
+	}
+}
+
+/*
+ * kvp_seq_append_ex: the append the model predicts, and a report that
+ * agrees with it: the token count, the blocks added (plus a copy's), and
+ * the last block as the table read back has it.
+ */
+static void op_append_ex(struct world *w, struct rd *r)
+{
+	int i = mgr_index(r);
+	uint64_t id = seq_id(w, i, r);
+	uint8_t v = u8(r);
+	uint32_t t = (v & 0x80) ? tokens(w, r) : v % (2 * w->bt + 1);
+	uint32_t cap = (v >> 4) % 2, lncow = 0xDEAD, mncow = 0xDEAD, n0 = 0;
+	const struct model_seq *ms =
+		w->mm[i] ? model_seq_find(w->mm[i], id) : NULL;
+	struct kvp_append_info in, was;
+	struct kvp_copy lcow[1], mcow;
+	uint32_t tab[MAX_BLOCKS + 1], n = 0;
+	bool null_info = (v & 0x0F) == 0x0F;
+	int rc, mrc;
+
+	if (ms)
+		n0 = ms->nblocks;
+	memset(&in, 0xEE, sizeof(in));
+	was = in;
+	rc = kvp_seq_append_ex(w->m[i], id, t, lcow, cap, &lncow,
+			       null_info ? NULL : &in);
+	note("kvp_seq_append_ex(m%d, %llu, %u, cap %u, info %s) = %d"
+	     " (ncow %u, last %u, tokens %u, new %u)",
+	     i, (unsigned long long)id, t, cap, null_info ? "NULL" : "ptr", rc,
+	     lncow, in.last_block, in.num_tokens, in.new_blocks);
+	if (failed_by_fault(w, rc, true, "kvp_seq_append_ex"))
+		return;
+	if (null_info) {
+		EXPECT_RC("kvp_seq_append_ex(info NULL)", rc, -EINVAL);
+		return;
+	}
+	if (rc == 0 && kvp_seq_blocks(w->m[i], id, tab, MAX_BLOCKS + 1, &n))
+		mismatch("kvp_seq_blocks after an append failed");
+	mrc = model_seq_append(w->mm[i], id, t, false, cap,
+			       rc == 0 ? tab : NULL, &mcow, &mncow);
+	EXPECT_RC("kvp_seq_append_ex", rc, mrc);
+	if (rc != 0) {
+		if (memcmp(&in, &was, sizeof(in)))
+			mismatch("kvp_seq_append_ex wrote *info and failed");
+		return;
+	}
+	ms = model_seq_find(w->mm[i], id);
+	EXPECT_EQ("kvp_seq_append_ex: num_tokens", in.num_tokens, ms->tokens);
+	EXPECT_EQ("kvp_seq_append_ex: new_blocks", in.new_blocks,
+		  ms->nblocks - n0 + mncow);
+	EXPECT_EQ("kvp_seq_append_ex: last_block", in.last_block,
+		  n ? tab[n - 1] : KVP_NO_BLOCK);
+	if (mncow == 1)
+		EXPECT_EQ("kvp_seq_append_ex: cow.dst", lcow[0].dst, mcow.dst);
+}
+
+static int cmp_id(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/*
+ * A scheduler's controls: a policy change (out-of-range ones refused),
+ * the next victim named and kept, the list of sequences (as a set), a
+ * reservation (which the model cannot see: only its errors).
+ */
+static void op_control(struct world *w, struct rd *r)
+{
+	static const int policies[] = {0, 1, 2, 3, 4, -1, 1, 3};
+	int i = mgr_index(r);
+	uint8_t v = u8(r);
+	uint64_t id = seq_id(w, i, r), lv = 0xDEAD, mv = 0xDEAD;
+	static uint64_t lids[MAX_LISTED], mids[MAX_LISTED];
+	uint32_t ln = 0xDEAD, mn = 0xDEAD, cap, t;
+	int rc, p;
+
+	switch (v % 4) {
+	case 0:
+		p = policies[(v >> 2) % 8];
+		rc = kvp_manager_set_policy(w->m[i], (enum kvp_policy)p);
+		note("kvp_manager_set_policy(m%d, %d) = %d", i, p, rc);
+		EXPECT_RC("kvp_manager_set_policy", rc,
+			  model_set_policy(w->mm[i], p));
+		break;
+	case 1:
+		rc = kvp_evict_peek(w->m[i], (v & 4) ? NULL : &lv);
+		note("kvp_evict_peek(m%d) = %d (victim %llu)", i, rc,
+		     (unsigned long long)lv);
+		EXPECT_RC("kvp_evict_peek", rc,
+			  model_evict_peek(w->mm[i], v & 4, &mv));
+		if (rc == 0)
+			EXPECT_EQ("kvp_evict_peek: victim", lv, mv);
+		break;
+	case 2:
+		cap = (v & 4) ? (v >> 3) % 4 : MAX_LISTED;
+		rc = kvp_manager_seqs(w->m[i], lids, cap, &ln);
+		note("kvp_manager_seqs(m%d, cap %u) = %d (n %u)", i, cap, rc,
+		     ln);
+		EXPECT_RC("kvp_manager_seqs", rc,
+			  model_seqs(w->mm[i], false, cap, false, mids, &mn));
+		EXPECT_EQ("kvp_manager_seqs: *n", ln, mn);
+		if (rc == 0) {
+			qsort(lids, ln, sizeof(*lids), cmp_id);
+			qsort(mids, mn, sizeof(*mids), cmp_id);
+			for (uint32_t k = 0; k < ln; k++)
+				EXPECT_EQ("kvp_manager_seqs: id", lids[k],
+					  mids[k]);
+		}
+		break;
+	default:
+		t = (v & 4) ? tokens(w, r) : (uint32_t)u8(r) * w->bt;
+		rc = kvp_seq_reserve(w->m[i], id, t);
+		note("kvp_seq_reserve(m%d, %llu, %u) = %d", i,
+		     (unsigned long long)id, t, rc);
+		if (failed_by_fault(w, rc, true, "kvp_seq_reserve"))
+			return;
+		EXPECT_RC("kvp_seq_reserve", rc,
+			  model_seq_reserve(w->mm[i], id, t));
 	}
 }
 
@@ -2096,6 +2224,7 @@ static const op_fn ops[] = {
 	op_fork,	  op_fault,	   op_create_cached, op_commit,
 	op_create_cached, op_commit,	   op_prefix_reset,
 	op_commit_retained, op_commit_retained, op_tick, op_retention,
+	op_append_ex,	  op_control,
 };
 
 /* The op mix of fork-heavy inputs: forks, fork trees and forks of
@@ -2109,6 +2238,7 @@ static const op_fn fork_ops[] = {
 	op_trim,	op_evict,	op_data,      op_data,
 	op_cached_fork, op_cached_fork, op_commit,    op_create_cached,
 	op_query,	op_export,	op_priority,  op_fault,
+	op_append_ex,	op_control,
 };
 
 /*

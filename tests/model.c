@@ -1307,13 +1307,21 @@ static bool evict_before(enum kvp_policy p, const struct model_seq *a,
 	return a->last_access < b->last_access;
 }
 
-static int evict_one(struct model_mgr *mm, uint64_t *victim)
+/* The sequence the policy preempts first, or NULL. */
+static struct model_seq *victim_of(const struct model_mgr *mm)
 {
 	struct model_seq *best = NULL;
 
 	for (uint32_t i = 0; i < mm->nseqs; i++)
 		if (!best || evict_before(mm->policy, &mm->seqs[i], best))
 			best = &mm->seqs[i];
+	return best;
+}
+
+static int evict_one(struct model_mgr *mm, uint64_t *victim)
+{
+	struct model_seq *best = victim_of(mm);
+
 	if (!best)
 		return -ENOENT;
 	*victim = best->id;
@@ -1327,6 +1335,53 @@ int model_evict(struct model_mgr *mm, uint64_t *victim)
 	if (!mm)
 		return -EINVAL;
 	return evict_one(mm, victim);
+}
+
+int model_evict_peek(const struct model_mgr *mm, bool null_victim,
+		     uint64_t *victim)
+{
+	const struct model_seq *best;
+
+	if (!mm || null_victim)
+		return -EINVAL;
+	best = victim_of(mm);
+	if (!best)
+		return -ENOENT;
+	*victim = best->id;
+	return 0;
+}
+
+int model_set_policy(struct model_mgr *mm, int policy)
+{
+	if (!mm || policy < 0 || policy > KVP_EVICT_PRIORITY)
+		return -EINVAL;
+	mm->policy = (enum kvp_policy)policy;
+	return 0;
+}
+
+int model_seqs(const struct model_mgr *mm, bool null_ids, uint32_t cap,
+	       bool null_n, uint64_t *ids, uint32_t *n)
+{
+	if (!mm || null_n || (null_ids && cap))
+		return -EINVAL;
+	*n = mm->nseqs;
+	if (mm->nseqs > cap)
+		return -ENOSPC;
+	for (uint32_t i = 0; i < mm->nseqs; i++)
+		ids[i] = mm->seqs[i].id;
+	return 0;
+}
+
+int model_seq_reserve(const struct model_mgr *mm, uint64_t id,
+		      uint32_t tokens)
+{
+	if (!mm)
+		return -EINVAL;
+	if (!find(mm, id))
+		return -ENOENT;
+	if (blocks_for(tokens, mm->pool->block_tokens) > mm->pool->num_blocks)
+		return -ENOSPC;
+	return 0;
 }
 
 int model_evict_until(struct model_mgr *mm, float target, bool null_victims,

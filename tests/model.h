@@ -212,6 +212,17 @@ bool model_evicted_ahead(struct model_pool *mp, const struct model_mgr *mm,
 
 int model_admit(const struct model_mgr *mm, uint32_t tokens);
 int model_evict(struct model_mgr *mm, uint64_t *victim);
+/* kvp_evict_peek: the victim kvp_evict would take, kept. */
+int model_evict_peek(const struct model_mgr *mm, bool null_victim,
+		     uint64_t *victim);
+/* kvp_manager_set_policy (policy as an int: out-of-range values too). */
+int model_set_policy(struct model_mgr *mm, int policy);
+/* kvp_manager_seqs: the ids in the model's order (creation order). */
+int model_seqs(const struct model_mgr *mm, bool null_ids, uint32_t cap,
+	       bool null_n, uint64_t *ids, uint32_t *n);
+/* kvp_seq_reserve: a reservation changes nothing the model sees. */
+int model_seq_reserve(const struct model_mgr *mm, uint64_t id,
+		      uint32_t tokens);
 int model_evict_until(struct model_mgr *mm, float target, bool null_victims,
 		      uint32_t cap, bool null_n, uint64_t *victims,
 		      uint32_t *n);

@@ -13,7 +13,8 @@ Threads: Pool and Manager may be used from any number of Python threads at
 once; every C call releases the GIL.  The event callback (see
 Manager.set_event_callback) runs in the thread whose call caused the
 event.  Errors raise kvpool.Error subclasses (an OSError with errno and
-kvp_strerror's text): NoSpace, NotFound, Exists, InvalidArgument, ...
+kvp_strerror's text): NoSpace (with the requested and available blocks),
+NotFound, Exists, InvalidArgument, ...
 
 The library is found through $KVPOOL_LIBRARY (a path), then the libdir
 `make install` recorded, then the dynamic linker's search path.
@@ -21,15 +22,16 @@ The library is found through $KVPOOL_LIBRARY (a path), then the libdir
 from ._ffi import LIBRARY
 from ._core import (ADMIT_LATER, ADMIT_NEVER, ADMIT_OK, DTYPES, HASH_ALGOS,
                     POLICIES, RETAIN_DEFAULT, RETAIN_MAX, RETAIN_PIN,
-                    BlockHashes, Copy, Event, Layout, Manager, Pool,
-                    PoolStats, SeqInfo, Sequence, Stats, hash_blocks,
-                    set_xxh3_seed, thread_flush)
+                    AppendInfo, BlockHashes, Copy, Event, Layout, Manager,
+                    Pool, PoolConfig, PoolStats, SeqInfo, Sequence, Stats,
+                    hash_blocks, set_xxh3_seed, thread_flush)
 from .errors import (AlreadyFree, Busy, CheckFailed, Error, Exists,
                      InvalidArgument, NoMemory, NoSpace, NotFound,
                      OutOfRange, Overflow, strerror)
 
-__all__ = ["Pool", "Manager", "Sequence", "Layout", "PoolStats", "Stats",
-           "SeqInfo", "Event", "Copy", "BlockHashes", "hash_blocks",
+__all__ = ["Pool", "Manager", "Sequence", "Layout", "PoolConfig",
+           "PoolStats", "Stats", "SeqInfo", "Event", "Copy", "AppendInfo",
+           "BlockHashes", "hash_blocks",
            "set_xxh3_seed", "thread_flush", "strerror", "DTYPES", "POLICIES",
            "HASH_ALGOS", "RETAIN_DEFAULT", "RETAIN_MAX", "RETAIN_PIN",
            "ADMIT_OK", "ADMIT_LATER", "ADMIT_NEVER", "LIBRARY",

@@ -2,6 +2,7 @@
 import dataclasses
 import errno as _errno
 import os
+import struct
 import threading
 from collections import namedtuple
 from typing import List, Optional
@@ -19,8 +20,10 @@ else:
 
 #: Element types of KV data (kvp_dtype).
 DTYPES = {"f32": 0, "f16": 1, "bf16": 2, "f64": 3, "u8": 4}
+_DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
 #: Eviction policies (kvp_policy).
 POLICIES = {"lru": 0, "lfu": 1, "longest": 2, "priority": 3}
+_POLICY_NAMES = {v: k for k, v in POLICIES.items()}
 #: Retention priorities (kvpool.h): the default, the highest below a
 #: pin, a pin (never evicted; capped per manager).
 RETAIN_DEFAULT, RETAIN_MAX, RETAIN_PIN = 0, 14, 15
@@ -34,7 +37,10 @@ HASH_ALGOS = {
 #: kvp_admit() results.
 ADMIT_OK, ADMIT_LATER, ADMIT_NEVER = 0, 1, 2
 _EVENT_TYPES = {0: "stored", 1: "removed", 2: "cleared"}
-POOL_ZERO, POOL_NOCACHE, PREFIX_CACHE = 1, 2, 1
+POOL_ZERO, POOL_NOCACHE, POOL_K_ONLY = 1, 2, 4
+PREFIX_CACHE, EXACT_LIMITS = 1, 2
+#: kvp_append_info.last_block when the sequence holds no block.
+NO_BLOCK = 0xFFFFFFFF
 METRICS_PROMETHEUS, METRICS_NO_EOF = 1, 2
 
 #: A copy-on-write copy the engine must perform: the first `tokens` token
@@ -49,6 +55,35 @@ class Layout:
     num_kv_heads: int
     head_dim: int
     dtype: str = "f32"
+
+
+@dataclasses.dataclass(frozen=True)
+class PoolConfig:
+    """A pool's configuration as in effect (kvp_pool_get_config): the
+    arguments of Pool(), cache_blocks resolved (0: no thread caches), so
+    Pool(**vars(pool.config)) makes a pool like it."""
+    num_blocks: int
+    block_tokens: int
+    cache_blocks: int
+    device_id: int
+    layout: Optional[Layout]
+    zero: bool
+    nocache: bool
+    k_only: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class AppendInfo:
+    """What Manager.append_ex() did (struct kvp_append_info).
+
+    last_block holds the sequence's last token (None if it holds none),
+    num_tokens is the sequence's count after the append, new_blocks the
+    blocks it allocated (a copy-on-write's destination included), cow
+    the Copy the engine must perform, or None."""
+    last_block: Optional[int]
+    num_tokens: int
+    new_blocks: int
+    cow: Optional[Copy]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,15 +165,35 @@ def _check(rc, what=None):
     return rc
 
 
+def _f32(x):
+    """The shortest decimal that reads back as the same C float (0.9, not
+    0.8999999761581421)."""
+    for digits in range(6, 10):
+        y = float("%.*g" % (digits, x))
+        if struct.pack("f", y) == struct.pack("f", x):
+            return y
+    return x
+
+
+def _policy(name):
+    try:
+        return POLICIES[name]
+    except (KeyError, TypeError):
+        raise InvalidArgument(22, "unknown policy %r (known: %s)"
+                              % (name, ", ".join(POLICIES))) from None
+
+
 _tls = threading.local()
 
 
 def _scratch():
-    """This thread's append buffers (a copy and its count)."""
+    """This thread's append buffers (a copy, its count, an append
+    info)."""
     try:
         return _tls.s
     except AttributeError:
-        _tls.s = (ffi.new("struct kvp_copy[1]"), ffi.new("uint32_t *"))
+        _tls.s = (ffi.new("struct kvp_copy[1]"), ffi.new("uint32_t *"),
+                  ffi.new("struct kvp_append_info *"))
         return _tls.s
 
 
@@ -295,18 +350,24 @@ class Pool:
     """A pool of blocks (kvp_pool).  Thread-safe; close() (or the end of
     a with block, or garbage collection) drops this object's reference.
 
-    layout: None for an ID-only pool, or a Layout for a pool that owns
-    the KV data (then block_data(), Manager.write() and friends work)."""
+    num_blocks may be 0: an empty pool (a device with no KV memory),
+    where every allocation of a block or more raises NoSpace and
+    sequences of 0 tokens work.  layout: None for an ID-only pool, or a
+    Layout for a pool that owns the KV data (then block_data(),
+    Manager.write() and friends work); k_only=True (with a layout) keeps
+    K alone, half the bytes: the data calls take and give V as None."""
 
     _p = ffi.NULL
+    _k_only = False
 
     def __init__(self, num_blocks, block_tokens=16, cache_blocks=0,
-                 device_id=-1, layout=None, zero=False, nocache=False):
+                 device_id=-1, layout=None, zero=False, nocache=False,
+                 k_only=False):
         cfg = ffi.new("struct kvp_pool_config *")
         cfg.num_blocks, cfg.block_tokens = num_blocks, block_tokens
         cfg.cache_blocks, cfg.device_id = cache_blocks, device_id
-        cfg.flags = (POOL_ZERO if zero else 0) | (POOL_NOCACHE if nocache
-                                                  else 0)
+        cfg.flags = (POOL_ZERO if zero else 0) | \
+            (POOL_NOCACHE if nocache else 0) | (POOL_K_ONLY if k_only else 0)
         if layout is not None:
             lay = ffi.new("struct kvp_layout *")
             lay.num_layers, lay.num_kv_heads = layout.num_layers, \
@@ -321,7 +382,7 @@ class Pool:
         out = ffi.new("struct kvp_pool **")
         _check(lib.kvp_pool_create(cfg, out), "Pool")
         self._p = out[0]
-        self.layout = layout
+        self._k_only = bool(k_only)  # the data calls' V; never changes
 
     def close(self):
         """Drops this object's pool reference (managers keep their own)."""
@@ -345,6 +406,40 @@ class Pool:
     def block_bytes(self):
         """Bytes of KV data per block (0 for an ID-only pool)."""
         return lib.kvp_block_bytes(self._p)
+
+    @property
+    def config(self):
+        """The configuration in effect (kvp_pool_get_config): a
+        PoolConfig."""
+        cfg = ffi.new("struct kvp_pool_config *")
+        lay = ffi.new("struct kvp_layout *")
+        _check(lib.kvp_pool_get_config(self._p, cfg, lay), "config")
+        layout = None
+        if cfg.layout != ffi.NULL:
+            layout = Layout(lay.num_layers, lay.num_kv_heads, lay.head_dim,
+                            _DTYPE_NAMES.get(lay.dtype, lay.dtype))
+        return PoolConfig(cfg.num_blocks, cfg.block_tokens, cfg.cache_blocks,
+                          cfg.device_id, layout, bool(cfg.flags & POOL_ZERO),
+                          bool(cfg.flags & POOL_NOCACHE),
+                          bool(cfg.flags & POOL_K_ONLY))
+
+    @property
+    def num_blocks(self):
+        return self.config.num_blocks
+
+    @property
+    def device_id(self):
+        return self.config.device_id
+
+    @property
+    def layout(self):
+        """The Layout of a data-owning pool, None for an ID-only one."""
+        return self.config.layout
+
+    @property
+    def k_only(self):
+        """True for a pool that stores K alone (k_only=True)."""
+        return self.config.k_only
 
     @property
     def row_bytes(self):
@@ -426,6 +521,12 @@ class Manager:
     serialised by the library, different sequences never contend.  Only
     close() and set_event_callback() need that no other thread uses the
     manager.
+
+    eviction_threshold (utilisation at which eviction is due, in [0, 1])
+    and watermark (fraction of the pool kept free at admission, in
+    [0, 1)) are taken as given, 0 included (KVP_EXACT_LIMITS).  The
+    policy ("lru", "lfu", "longest", "priority") may be changed at any
+    time: set_policy() or `manager.policy = "lfu"`.
     """
 
     _m = ffi.NULL
@@ -439,18 +540,14 @@ class Manager:
         with self._lost_lock:
             return self._lost
 
-    def __init__(self, pool, policy="lru", eviction_threshold=0.0,
-                 watermark=0.0, prefix_cache=False, max_pinned=0,
+    def __init__(self, pool, policy="lru", eviction_threshold=0.9,
+                 watermark=0.01, prefix_cache=False, max_pinned=0,
                  name=None):
         cfg = ffi.new("struct kvp_manager_config *")
         cfg.pool = pool._p
-        try:
-            cfg.policy = POLICIES[policy]
-        except KeyError:
-            raise InvalidArgument(22, "unknown policy %r" % (policy,)) \
-                from None
+        cfg.policy = _policy(policy)
         cfg.eviction_threshold, cfg.watermark = eviction_threshold, watermark
-        cfg.flags = PREFIX_CACHE if prefix_cache else 0
+        cfg.flags = (PREFIX_CACHE if prefix_cache else 0) | EXACT_LIMITS
         cfg.max_pinned = max_pinned
         if name is not None:
             if not isinstance(name, str):
@@ -480,7 +577,54 @@ class Manager:
     def __exit__(self, *exc):
         self.close()
 
+    # -- configuration -------------------------------------------------
+    def _config(self):
+        cfg = ffi.new("struct kvp_manager_config *")
+        _check(lib.kvp_manager_get_config(self._m, cfg), "config")
+        return cfg
+
+    @property
+    def policy(self):
+        """The eviction policy's name; assigning one calls set_policy()."""
+        p = self._config().policy
+        return _POLICY_NAMES.get(p, p)
+
+    @policy.setter
+    def policy(self, name):
+        self.set_policy(name)
+
+    def set_policy(self, policy):
+        """Changes the policy by which evict(), evict_until() and
+        peek_victim() choose, while sequences live and other threads run:
+        choices that start after the call use it."""
+        _check(lib.kvp_manager_set_policy(self._m, _policy(policy)),
+               "set_policy")
+
+    @property
+    def eviction_threshold(self):
+        """Utilisation at which eviction is due (evict_until's default
+        target)."""
+        return _f32(self._config().eviction_threshold)
+
+    @property
+    def watermark(self):
+        """Fraction of the pool admit() keeps free."""
+        return _f32(self._config().watermark)
+
     # -- sequences ------------------------------------------------------
+    def sequences(self):
+        """The ids of the manager's sequences, in no particular order (one
+        created or freed meanwhile may or may not be listed)."""
+        cap = 64
+        n = ffi.new("uint32_t *")
+        while True:
+            ids = ffi.new("uint64_t[]", cap)
+            rc = lib.kvp_manager_seqs(self._m, ids, cap, n)
+            if rc != -_errno.ENOSPC:
+                _check(rc, "sequences")
+                return list(ids[0:n[0]])
+            cap = max(n[0] + 16, 2 * cap)  # more may come meanwhile
+
     def create(self, seq, num_tokens=0):
         """Creates sequence seq of num_tokens tokens; returns its handle."""
         _check(lib.kvp_seq_create(self._m, seq, num_tokens), "create")
@@ -542,9 +686,9 @@ class Manager:
         """Appends token slots; returns the Copy the engine must perform
         (copy-on-write of a shared last block) or None."""
         try:
-            cow, ncow = _tls.s
+            cow, ncow, _info = _tls.s
         except AttributeError:
-            cow, ncow = _scratch()
+            cow, ncow, _info = _scratch()
         rc = lib.kvp_seq_append(self._m, seq, num_tokens, cow, 1, ncow)
         if rc:
             raise error(rc, "append")
@@ -552,6 +696,31 @@ class Manager:
             c = cow[0]
             return Copy(c.src, c.dst, c.tokens)
         return None
+
+    def append_ex(self, seq, num_tokens=1):
+        """append(), reporting what it did: an AppendInfo (the block that
+        holds the last token, the count, the blocks allocated and the
+        Copy to perform or None)."""
+        try:
+            cow, ncow, info = _tls.s
+        except AttributeError:
+            cow, ncow, info = _scratch()
+        rc = lib.kvp_seq_append_ex(self._m, seq, num_tokens, cow, 1, ncow,
+                                   info)
+        if rc:
+            raise error(rc, "append_ex")
+        c = cow[0]
+        return AppendInfo(
+            None if info.last_block == NO_BLOCK else info.last_block,
+            info.num_tokens, info.new_blocks,
+            Copy(c.src, c.dst, c.tokens) if ncow[0] else None)
+
+    def reserve(self, seq, num_tokens):
+        """Makes room in seq's block table for num_tokens tokens in all,
+        so that appends up to that count allocate no host memory (they
+        still take blocks from the pool).  Lasts until seq is freed or
+        its table shrinks; a fork does not inherit it."""
+        _check(lib.kvp_seq_reserve(self._m, seq, num_tokens), "reserve")
 
     def append_many(self, seqs, num_tokens=None):
         """Appends to every sequence of seqs in one C call
@@ -640,6 +809,17 @@ class Manager:
         sequence is left)."""
         v = ffi.new("uint64_t *")
         _check(lib.kvp_evict(self._m, v), "evict")
+        return v[0]
+
+    def peek_victim(self):
+        """The sequence evict() would choose now, without evicting it; None
+        if there is none.  Advice: another thread may change the choice
+        before the next call."""
+        v = ffi.new("uint64_t *")
+        rc = lib.kvp_evict_peek(self._m, v)
+        if rc == -_errno.ENOENT:
+            return None
+        _check(rc, "peek_victim")
         return v[0]
 
     def evict_until(self, target_util=-1.0, cap=4096):
@@ -754,32 +934,42 @@ class Manager:
         return _result(arr, n)
 
     # -- KV data (data-owning pools) -----------------------------------
-    def write(self, seq, pos, layer, k, v):
-        """Writes token pos's K and V rows (bytes-like, row_bytes each)."""
+    def write(self, seq, pos, layer, k, v=None):
+        """Writes token pos's K and V rows (bytes-like, row_bytes each);
+        v is None for a K-only pool, and only for one."""
         rb = self.pool.row_bytes
-        kb, vb = ffi.from_buffer(k), ffi.from_buffer(v)
-        if len(kb) < rb or len(vb) < rb:
+        kb = ffi.from_buffer(k)
+        vb = ffi.NULL if v is None else ffi.from_buffer(v)
+        if len(kb) < rb or (v is not None and len(vb) < rb):
             raise InvalidArgument(22, "write: rows are %d bytes" % rb)
+        if v is None and not self.pool._k_only:
+            raise InvalidArgument(22, "write: this pool stores V: pass v")
+        if v is not None and self.pool._k_only:
+            raise InvalidArgument(22, "write: a K-only pool takes v=None")
         _check(lib.kvp_seq_write(self._m, seq, pos, layer, kb, vb), "write")
 
     def read(self, seq, pos, layer):
-        """Token pos's K and V rows for one layer: (bytearray, bytearray)."""
+        """Token pos's K and V rows for one layer: (bytearray, bytearray),
+        or (bytearray, None) for a K-only pool."""
         rb = self.pool.row_bytes
-        k, v = bytearray(rb), bytearray(rb)
-        _check(lib.kvp_seq_read(self._m, seq, pos, layer,
-                                ffi.from_buffer(k), ffi.from_buffer(v)),
+        k = bytearray(rb)
+        v = None if self.pool._k_only else bytearray(rb)
+        _check(lib.kvp_seq_read(self._m, seq, pos, layer, ffi.from_buffer(k),
+                                ffi.NULL if v is None else ffi.from_buffer(v)),
                "read")
         return k, v
 
     def gather(self, seq, layer):
         """One layer of the whole sequence as contiguous K and V
-        [tokens][heads][dim] bytearrays."""
+        [tokens][heads][dim] bytearrays (V None for a K-only pool)."""
         rb = self.pool.row_bytes
         n = self.info(seq).num_tokens
-        k, v = bytearray(rb * n), bytearray(rb * n)
+        k = bytearray(rb * n)
+        v = None if self.pool._k_only else bytearray(rb * n)
         if rb and n:
-            _check(lib.kvp_seq_gather(self._m, seq, layer, ffi.from_buffer(k),
-                                      ffi.from_buffer(v)), "gather")
+            _check(lib.kvp_seq_gather(
+                self._m, seq, layer, ffi.from_buffer(k),
+                ffi.NULL if v is None else ffi.from_buffer(v)), "gather")
         return k, v
 
 
@@ -808,6 +998,12 @@ class Sequence:
     def append(self, num_tokens=1):
         return self.manager.append(self.id, num_tokens)
 
+    def append_ex(self, num_tokens=1):
+        return self.manager.append_ex(self.id, num_tokens)
+
+    def reserve(self, num_tokens):
+        self.manager.reserve(self.id, num_tokens)
+
     def fork(self, dst):
         return self.manager.fork(self.id, dst)
 
@@ -832,7 +1028,7 @@ class Sequence:
     def slot_mapping(self, first_pos=0, n=None):
         return self.manager.slot_mapping(self.id, first_pos, n)
 
-    def write(self, pos, layer, k, v):
+    def write(self, pos, layer, k, v=None):
         self.manager.write(self.id, pos, layer, k, v)
 
     def read(self, pos, layer):

@@ -3,7 +3,9 @@
 Only what the Python classes call is declared.  Structs the library fills
 in are declared whole; struct kvp_event only with the fields the binding
 reads (the library passes it by pointer, so fields it appends later are
-simply not read).
+simply not read).  tests/test_kvpool.py's TestABI compiles every struct
+declared here against include/kvpool.h and compares sizes and offsets
+(PARTIAL names the structs whose size it does not compare).
 """
 import os
 
@@ -11,6 +13,12 @@ import cffi
 
 CDEF = """
 const char *kvp_strerror(int err);
+struct kvp_error_info {
+    int err;
+    uint32_t buffer;
+    uint64_t requested, available;
+};
+int kvp_last_error(struct kvp_error_info *out);
 
 struct kvp_layout { uint32_t num_layers, num_kv_heads, head_dim; int dtype; };
 struct kvp_pool_config {
@@ -30,6 +38,9 @@ int kvp_block_refcount(struct kvp_pool *pool, uint32_t id);
 void *kvp_block_data(struct kvp_pool *pool, uint32_t id);
 size_t kvp_block_bytes(const struct kvp_pool *pool);
 uint32_t kvp_pool_block_tokens(const struct kvp_pool *pool);
+int kvp_pool_get_config(const struct kvp_pool *pool,
+                        struct kvp_pool_config *out,
+                        struct kvp_layout *layout);
 size_t kvp_pool_row_bytes(const struct kvp_pool *pool);
 struct kvp_pool_stats {
     uint64_t total, free, used, in_thread_caches, peak_used, allocs, frees;
@@ -52,10 +63,21 @@ struct kvp_manager;
 int kvp_manager_create(const struct kvp_manager_config *cfg,
                        struct kvp_manager **out);
 void kvp_manager_destroy(struct kvp_manager *m);
+int kvp_manager_get_config(const struct kvp_manager *m,
+                           struct kvp_manager_config *out);
+int kvp_manager_set_policy(struct kvp_manager *m, int policy);
+int kvp_manager_seqs(struct kvp_manager *m, uint64_t *ids, uint32_t cap,
+                     uint32_t *n);
 struct kvp_copy { uint32_t src, dst, tokens; };
 int kvp_seq_create(struct kvp_manager *m, uint64_t seq, uint32_t num_tokens);
 int kvp_seq_append(struct kvp_manager *m, uint64_t seq, uint32_t num_tokens,
                    struct kvp_copy *cow, uint32_t cow_cap, uint32_t *ncow);
+struct kvp_append_info { uint32_t last_block, num_tokens, new_blocks; };
+int kvp_seq_append_ex(struct kvp_manager *m, uint64_t seq,
+                      uint32_t num_tokens, struct kvp_copy *cow,
+                      uint32_t cow_cap, uint32_t *ncow,
+                      struct kvp_append_info *info);
+int kvp_seq_reserve(struct kvp_manager *m, uint64_t seq, uint32_t num_tokens);
 int kvp_seq_append_batch(struct kvp_manager *m, const uint64_t *seqs,
                          const uint32_t *num_tokens, uint32_t nseq,
                          struct kvp_copy *cow, uint32_t cow_cap,
@@ -77,6 +99,7 @@ int kvp_seq_blocks(struct kvp_manager *m, uint64_t seq, uint32_t *ids,
                    uint32_t cap, uint32_t *n);
 int kvp_admit(struct kvp_manager *m, uint32_t num_tokens);
 int kvp_evict(struct kvp_manager *m, uint64_t *victim);
+int kvp_evict_peek(struct kvp_manager *m, uint64_t *victim);
 int kvp_evict_until(struct kvp_manager *m, float target_util,
                     uint64_t *victims, uint32_t cap, uint32_t *n);
 struct kvp_stats {
@@ -150,6 +173,10 @@ int kvp_seq_read(struct kvp_manager *m, uint64_t seq, uint32_t pos,
 int kvp_seq_gather(struct kvp_manager *m, uint64_t seq, uint32_t layer,
                    void *k_out, void *v_out);
 """
+
+#: Structs declared with only the fields the binding reads (their size is
+#: the library's business).
+PARTIAL = {"kvp_event"}
 
 ffi = cffi.FFI()
 ffi.cdef(CDEF)

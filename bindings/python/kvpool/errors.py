@@ -1,7 +1,8 @@
 """kvpool errors: every failing C call raises a kvpool.Error subclass.
 
 An Error is an OSError: `e.errno` is the (positive) errno the C call
-returned negated, `e.strerror` is kvp_strerror()'s text for it.
+returned negated, `e.strerror` is kvp_strerror()'s text for it.  A
+NoSpace also carries the call's kvp_last_error() details.
 """
 import errno as _errno
 
@@ -17,7 +18,26 @@ class InvalidArgument(Error, ValueError):
 
 
 class NoSpace(Error):
-    """-ENOSPC: not enough free blocks (or a buffer too small)."""
+    """-ENOSPC: not enough free blocks (or a buffer too small).
+
+    From kvp_last_error(), read in the failing call's thread right after
+    it returned: `requested` is the blocks the call needed at once and
+    `available` the blocks it could have had (a recent count while other
+    threads run); with `buffer_too_small` True, the entries a caller's
+    buffer needed and its capacity instead.  All three are None when the
+    library recorded no details."""
+
+    requested = available = buffer_too_small = None
+
+    def __str__(self):
+        s = OSError.__str__(self)
+        if self.requested is None:
+            return s
+        if self.buffer_too_small:
+            return "%s (a buffer too small: %d entries needed, room for %d)" \
+                % (s, self.requested, self.available)
+        return "%s (%d requested, %d available)" % (
+            s, self.requested, self.available)
 
 
 class NoMemory(Error, MemoryError):
@@ -74,8 +94,19 @@ def strerror(rc):
 
 
 def error(rc, what=None):
-    """The exception for C return value rc (< 0)."""
+    """The exception for C return value rc (< 0).  Call it in the thread
+    of the failing call, before any other kvpool call: a NoSpace reads
+    that call's details."""
+    info = None
+    if rc == -_errno.ENOSPC:
+        info = ffi.new("struct kvp_error_info *")
+        if lib.kvp_last_error(info) != 0:
+            info = None  # no details recorded
     msg = strerror(rc)
     if what:
         msg = "%s: %s" % (what, msg)
-    return _BY_ERRNO.get(-rc, Error)(-rc, msg)
+    e = _BY_ERRNO.get(-rc, Error)(-rc, msg)
+    if info is not None:
+        e.requested, e.available = info.requested, info.available
+        e.buffer_too_small = bool(info.buffer)
+    return e

@@ -58,7 +58,7 @@ class TestPool(unittest.TestCase):
                 p.free(ids[:1])
             self.assertEqual(cm.exception.errno, errno.EALREADY)
         with self.assertRaises(kvpool.InvalidArgument):
-            kvpool.Pool(num_blocks=0)
+            kvpool.Pool(num_blocks=2**31 + 1)  # above KVP_MAX_BLOCKS
         with self.assertRaises(kvpool.InvalidArgument):
             kvpool.Pool(num_blocks=8, layout=kvpool.Layout(1, 1, 1, "f7"))
 
@@ -473,6 +473,433 @@ class TestInputChecks(unittest.TestCase):
                 sys.unraisablehook = old
                 m.set_event_callback(None)
             self.assertEqual(m.events_lost, 2)
+
+
+def no_space(test, fn, *args):
+    """fn(*args)'s NoSpace (the test fails if it raises none)."""
+    with test.assertRaises(kvpool.NoSpace) as cm:
+        fn(*args)
+    return cm.exception
+
+
+class TestErrorDetails(unittest.TestCase):
+    """NoSpace carries kvp_last_error(): requested and available."""
+
+    def test_blocks(self):
+        with kvpool.Pool(num_blocks=8, block_tokens=16, nocache=True) as p:
+            ids = p.alloc(8)
+            e = no_space(self, p.alloc, 3)
+            self.assertEqual((e.requested, e.available, e.buffer_too_small),
+                             (3, 0, False))
+            self.assertIn("3 requested, 0 available", str(e))
+            p.free(ids[:2])
+            e = no_space(self, p.alloc, 3)
+            self.assertEqual((e.requested, e.available), (3, 2))
+            self.assertIn("3 requested, 2 available", str(e))
+            p.free(ids[2:])
+            with kvpool.Manager(p) as m:
+                # more than the pool has, and an append that needs a block
+                e = no_space(self, m.create, 1, 9 * 16)
+                self.assertEqual((e.requested, e.available), (9, 8))
+                m.create(2, 8 * 16)
+                e = no_space(self, m.append, 2)
+                self.assertEqual((e.requested, e.available), (1, 0))
+                e = no_space(self, m.append_ex, 2)
+                self.assertEqual((e.requested, e.available), (1, 0))
+                e = no_space(self, m.append_many, [2])
+                self.assertEqual((e.requested, e.available, e.done),
+                                 (1, 0, 0))
+
+    def test_buffer(self):
+        from kvpool._ffi import ffi, lib
+        with kvpool.Pool(64) as pool, kvpool.Manager(pool) as m:
+            for i in (1, 2, 3):
+                m.create(i)
+            ids = ffi.new("uint64_t[]", 2)
+            n = ffi.new("uint32_t *")
+            rc = lib.kvp_manager_seqs(m._m, ids, 2, n)
+            self.assertEqual((rc, n[0]), (-errno.ENOSPC, 3))
+            e = kvpool.errors.error(rc, "sequences")
+            self.assertIsInstance(e, kvpool.NoSpace)
+            self.assertEqual((e.requested, e.available, e.buffer_too_small),
+                             (3, 2, True))
+            self.assertIn("3 entries needed", str(e))
+
+    def test_per_thread(self):
+        from kvpool._ffi import ffi, lib
+        got = {}
+
+        def other(pool):
+            # A thread with no -ENOSPC yet has no details ...
+            got["fresh"] = kvpool.errors.error(-errno.ENOSPC)
+            # ... and its own failure does not touch the main thread's.
+            try:
+                pool.alloc(5)
+            except kvpool.NoSpace as e:
+                got["other"] = e
+        with kvpool.Pool(num_blocks=4, nocache=True) as p:
+            held = p.alloc(4)
+            no_space(self, p.alloc, 2)
+            t = threading.Thread(target=other, args=(p,))
+            t.start()
+            t.join()
+            self.assertIsNone(got["fresh"].requested)
+            self.assertEqual(str(got["fresh"]),
+                             "[Errno 28] not enough free blocks")
+            self.assertEqual(got["other"].requested, 5)
+            info = ffi.new("struct kvp_error_info *")
+            self.assertEqual(lib.kvp_last_error(info), 0)
+            self.assertEqual((info.err, info.requested, info.available),
+                             (-errno.ENOSPC, 2, 0))
+            self.assertEqual(lib.kvp_last_error(ffi.NULL), -errno.EINVAL)
+            p.free(held)
+
+    def test_threads_read_their_own(self):
+        # 4 threads fail at once on a full pool, each asking its own
+        # count: a record shared between threads would mix them up.
+        wrong = []
+        with kvpool.Pool(num_blocks=4, nocache=True) as p:
+            held = p.alloc(4)
+            barrier = threading.Barrier(4)
+
+            def fail(k):
+                barrier.wait()
+                for _ in range(2000):
+                    try:
+                        p.alloc(k)
+                    except kvpool.NoSpace as e:
+                        if (e.requested, e.available) != (k, 0):
+                            wrong.append((k, e.requested, e.available))
+                kvpool.thread_flush()
+            ts = [threading.Thread(target=fail, args=(k,))
+                  for k in (1, 2, 3, 5)]
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join()
+            p.free(held)
+        self.assertEqual(wrong, [])
+
+
+class TestEmptyPool(unittest.TestCase):
+    def test_empty(self):
+        with kvpool.Pool(num_blocks=0) as p:
+            self.assertEqual(p.num_blocks, 0)
+            self.assertEqual((p.stats().total, p.stats().free), (0, 0))
+            e = no_space(self, p.alloc, 1)
+            self.assertEqual((e.requested, e.available), (1, 0))
+            with kvpool.Manager(p) as m:
+                s = m.create(1)               # 0 tokens: no block
+                self.assertEqual(m.sequences(), [1])
+                self.assertEqual(as_list(s.blocks()), [])
+                e = no_space(self, s.append)
+                self.assertEqual((e.requested, e.available), (1, 0))
+                e = no_space(self, m.create, 2, 1)
+                self.assertEqual((e.requested, e.available), (1, 0))
+                self.assertEqual(m.admit(1), kvpool.ADMIT_NEVER)
+                self.assertEqual(m.admit(0), kvpool.ADMIT_OK)
+                m.check()
+            p.check()
+
+
+class TestPoolConfig(unittest.TestCase):
+    def test_properties(self):
+        lay = kvpool.Layout(num_layers=2, num_kv_heads=1, head_dim=4,
+                            dtype="f16")
+        with kvpool.Pool(8, block_tokens=4, device_id=3, layout=lay,
+                         zero=True, nocache=True) as p:
+            want = kvpool.PoolConfig(num_blocks=8, block_tokens=4,
+                                     cache_blocks=0, device_id=3,
+                                     layout=lay, zero=True, nocache=True,
+                                     k_only=False)
+            self.assertEqual(p.config, want)
+            self.assertEqual((p.num_blocks, p.device_id, p.layout, p.k_only),
+                             (8, 3, lay, False))
+            with kvpool.Pool(**vars(p.config)) as twin:
+                self.assertEqual(twin.config, want)
+        with kvpool.Pool(64, cache_blocks=8) as p:
+            c = p.config
+            self.assertEqual((c.num_blocks, c.block_tokens, c.cache_blocks,
+                              c.device_id, c.layout, c.zero, c.nocache),
+                             (64, 16, 8, -1, None, False, False))
+            self.assertIsNone(p.layout)
+        p = kvpool.Pool(4)
+        p.close()
+        with self.assertRaises(kvpool.InvalidArgument):
+            p.config
+
+
+class TestKOnly(unittest.TestCase):
+    LAY = kvpool.Layout(num_layers=2, num_kv_heads=1, head_dim=2, dtype="u8")
+
+    def test_roundtrip(self):
+        with kvpool.Pool(8, block_tokens=2, layout=self.LAY) as kv:
+            kv_bytes = kv.block_bytes
+        with kvpool.Pool(8, block_tokens=2, layout=self.LAY,
+                         k_only=True) as p, kvpool.Manager(p) as m:
+            self.assertTrue(p.k_only)
+            self.assertTrue(p.config.k_only)
+            self.assertEqual(p.block_bytes * 2, kv_bytes)
+            self.assertEqual(p.row_bytes, 2)
+            s = m.create(1, 3)
+            for pos in range(3):
+                s.write(pos, 1, bytes([pos, 7]))
+                s.write(pos, 0, bytes([9, pos]))
+            self.assertEqual(s.read(2, 1), (bytearray([2, 7]), None))
+            self.assertEqual(s.read(1, 0), (bytearray([9, 1]), None))
+            k, v = s.gather(1)
+            self.assertIsNone(v)
+            self.assertEqual(bytes(k), bytes([0, 7, 1, 7, 2, 7]))
+            k, v = s.gather(0)
+            self.assertEqual(bytes(k), bytes([9, 0, 9, 1, 9, 2]))
+            # [layer][token][head][dim]: layer 1 starts a block's 2nd half
+            b0 = as_list(s.blocks())[0]
+            self.assertEqual(bytes(p.block_data(b0)), bytes([9, 0, 9, 1,
+                                                             0, 7, 1, 7]))
+            with self.assertRaises(kvpool.InvalidArgument):
+                s.write(0, 0, b"xx", b"yy")
+            with self.assertRaises(kvpool.OutOfRange):
+                s.read(3, 0)
+
+    def test_v_contract(self):
+        from kvpool._ffi import ffi, lib
+        row = ffi.new("uint8_t[]", 2)
+        with kvpool.Pool(8, block_tokens=2, layout=self.LAY,
+                         k_only=True) as p, kvpool.Manager(p) as m:
+            m.create(1, 1)
+            self.assertEqual(lib.kvp_seq_write(m._m, 1, 0, 0, row, row),
+                             -errno.EINVAL)
+            self.assertEqual(lib.kvp_seq_read(m._m, 1, 0, 0, row, row),
+                             -errno.EINVAL)
+            self.assertEqual(lib.kvp_seq_write(m._m, 1, 0, 0, row, ffi.NULL),
+                             0)
+        with kvpool.Pool(8, block_tokens=2, layout=self.LAY) as p, \
+                kvpool.Manager(p) as m:
+            s = m.create(1, 1)
+            self.assertEqual(lib.kvp_seq_write(m._m, 1, 0, 0, row, ffi.NULL),
+                             -errno.EINVAL)
+            with self.assertRaises(kvpool.InvalidArgument):
+                s.write(0, 0, b"xx")
+        with self.assertRaises(kvpool.InvalidArgument):
+            kvpool.Pool(8, k_only=True)  # K-only needs a layout
+
+
+class TestManagerIssue29(unittest.TestCase):
+    def test_limits(self):
+        with kvpool.Pool(200, block_tokens=16) as pool:
+            with kvpool.Manager(pool) as m:
+                self.assertEqual((m.eviction_threshold, m.watermark),
+                                 (0.9, 0.01))
+                # 0.01 of 200 blocks kept free
+                self.assertEqual(m.admit(199 * 16), kvpool.ADMIT_NEVER)
+                m.create(1, 16)
+                self.assertEqual(m.evict_until(), ([], True))
+            with kvpool.Manager(pool, eviction_threshold=0.0,
+                                watermark=0.0) as m:
+                self.assertEqual((m.eviction_threshold, m.watermark),
+                                 (0.0, 0.0))
+                self.assertEqual(m.admit(200 * 16), kvpool.ADMIT_OK)
+                m.create(1, 16)
+                m.create(2, 1)
+                # threshold 0: due while a single block is used
+                victims, met = m.evict_until()
+                self.assertEqual((sorted(victims), met), ([1, 2], True))
+            with kvpool.Manager(pool, eviction_threshold=0.5,
+                                watermark=0.25) as m:
+                self.assertEqual((m.eviction_threshold, m.watermark),
+                                 (0.5, 0.25))
+            for bad in (dict(eviction_threshold=1.5),
+                        dict(eviction_threshold=-0.1),
+                        dict(watermark=1.0)):
+                with self.assertRaises(kvpool.InvalidArgument):
+                    kvpool.Manager(pool, **bad)
+
+    def test_policy_peek(self):
+        with kvpool.Pool(64, block_tokens=16) as pool, \
+                kvpool.Manager(pool) as m:
+            self.assertIsNone(m.peek_victim())
+            m.create(1, 48)           # longest, accessed most, latest
+            m.create(2, 16)
+            m.set_priority(2, 10)     # 1 has the lower priority
+            for _ in range(3):
+                m.append(1)
+            self.assertGreater(m.info(1).last_access, m.info(2).last_access)
+            self.assertGreater(m.info(1).access_count,
+                               m.info(2).access_count)
+            want = {"lru": 2, "lfu": 2, "longest": 1, "priority": 1}
+            for policy in ("longest", "lru", "priority", "lfu"):
+                m.policy = policy
+                self.assertEqual(m.policy, policy)
+                self.assertEqual(m.peek_victim(), want[policy], policy)
+            m.set_policy("longest")
+            self.assertEqual(m.policy, "longest")
+            self.assertEqual(m.peek_victim(), 1)
+            self.assertEqual(sorted(m.sequences()), [1, 2])  # not evicted
+            with self.assertRaises(kvpool.InvalidArgument):
+                m.policy = "fifo"
+            self.assertEqual(m.policy, "longest")
+            self.assertEqual(m.evict(), 1)
+            self.assertEqual(m.peek_victim(), 2)
+            m.free(2)
+            self.assertIsNone(m.peek_victim())
+
+    def test_sequences(self):
+        with kvpool.Pool(64) as pool, kvpool.Manager(pool) as m:
+            self.assertEqual(m.sequences(), [])
+            ids = [1, 2, 2**40 + 3] + list(range(1000, 1100))
+            for i in ids:
+                m.create(i)
+            m.create(5, 40)
+            m.fork(5, 6)
+            m.free(2)
+            m.free(5)
+            got = m.sequences()
+            self.assertEqual(len(got), len(set(got)))
+            want = sorted(set(ids) - {2} | {6})
+            self.assertEqual(sorted(got), want)
+            self.assertEqual(m.stats().sequences, len(want))
+
+    def test_reserve(self):
+        with kvpool.Pool(64, block_tokens=16) as pool, \
+                kvpool.Manager(pool) as m:
+            s = m.create(1, 5)
+            s.reserve(1000)
+            # room in the table, no blocks taken
+            self.assertEqual(pool.stats().used, 1)
+            self.assertEqual(s.info().num_tokens, 5)
+            m.reserve(1, 3)           # below the count: a no-op
+            for _ in range(995):
+                s.append()
+            self.assertEqual(s.info().num_tokens, 1000)
+            self.assertEqual(len(s.blocks()), 63)
+            m.append(1, 8)
+            self.assertEqual(s.info().num_tokens, 1008)
+            with self.assertRaises(kvpool.NotFound):
+                m.reserve(9, 16)
+            m.create(2)
+            e = no_space(self, m.reserve, 2, 65 * 16)   # more than the pool
+            self.assertEqual(e.requested, 65)
+            self.assertEqual(m.info(2).num_tokens, 0)
+            m.reserve(2, 64 * 16)     # the whole pool: room, no blocks
+            self.assertEqual(pool.stats().used, 63)
+            m.check()
+
+    def test_append_ex(self):
+        with kvpool.Pool(64, block_tokens=16) as pool, \
+                kvpool.Manager(pool) as m:
+            s = m.create(1, 15)
+            a = s.append_ex()
+            self.assertIsInstance(a, kvpool.AppendInfo)
+            self.assertEqual(a, kvpool.AppendInfo(as_list(s.blocks())[-1],
+                                                  16, 0, None))
+            a = m.append_ex(1)
+            blocks = as_list(s.blocks())
+            self.assertEqual((a.last_block, a.num_tokens, a.new_blocks,
+                              a.cow), (blocks[-1], 17, 1, None))
+            self.assertEqual(as_list(s.slot_mapping(16)),
+                             [a.last_block * 16 + 0])
+            a = m.append_ex(1, 40)    # 57 tokens: 4 blocks
+            self.assertEqual((a.num_tokens, a.new_blocks), (57, 2))
+            self.assertEqual(a.last_block, as_list(s.blocks())[-1])
+            # a fork's append copies the shared last block
+            f = s.fork(2)
+            a = f.append_ex()
+            self.assertIsInstance(a.cow, kvpool.Copy)
+            self.assertEqual((a.cow.src, a.cow.tokens),
+                             (as_list(s.blocks())[-1], 9))
+            self.assertEqual((a.last_block, a.new_blocks, a.num_tokens),
+                             (a.cow.dst, 1, 58))
+            self.assertEqual(as_list(f.blocks())[-1], a.last_block)
+            # the plain append still returns a Copy or None
+            self.assertIsNone(s.append())
+            m.create(3)
+            a = m.append_ex(3, 0)
+            self.assertEqual((a.last_block, a.num_tokens, a.new_blocks),
+                             (None, 0, 0))
+            with self.assertRaises(kvpool.NotFound):
+                m.append_ex(9)
+            m.check()
+
+
+class TestABI(unittest.TestCase):
+    """Every struct _ffi.py declares has C's size, field offsets and
+    field sizes, and the constants the package copies have C's values: a
+    program compiled against include/kvpool.h prints them (skips without
+    a compiler)."""
+
+    CONSTANTS = {
+        "KVP_POOL_ZERO": _core.POOL_ZERO,
+        "KVP_POOL_NOCACHE": _core.POOL_NOCACHE,
+        "KVP_POOL_K_ONLY": _core.POOL_K_ONLY,
+        "KVP_PREFIX_CACHE": _core.PREFIX_CACHE,
+        "KVP_EXACT_LIMITS": _core.EXACT_LIMITS,
+        "KVP_NO_BLOCK": _core.NO_BLOCK,
+        "KVP_EVICT_LRU": kvpool.POLICIES["lru"],
+        "KVP_EVICT_LFU": kvpool.POLICIES["lfu"],
+        "KVP_EVICT_LONGEST": kvpool.POLICIES["longest"],
+        "KVP_EVICT_PRIORITY": kvpool.POLICIES["priority"],
+        "KVP_F32": kvpool.DTYPES["f32"],
+        "KVP_F16": kvpool.DTYPES["f16"],
+        "KVP_BF16": kvpool.DTYPES["bf16"],
+        "KVP_F64": kvpool.DTYPES["f64"],
+        "KVP_U8": kvpool.DTYPES["u8"],
+    }
+
+    def test_structs_and_constants(self):
+        import os
+        import shlex
+        import shutil
+        import subprocess
+        import tempfile
+        from kvpool._ffi import PARTIAL, ffi
+        cc = shlex.split(os.environ.get("CC") or "cc")
+        if not shutil.which(cc[0]):
+            self.skipTest("no C compiler (%s)" % cc[0])
+        inc = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                           os.pardir, os.pardir, os.pardir, "include")
+        want = {}
+        lines = ["#include <stddef.h>", "#include <stdio.h>",
+                 "#include <kvpool.h>", "int main(void)", "{"]
+        for name in ffi.list_types()[1]:
+            fields = ffi.typeof("struct " + name).fields
+            if fields is None:
+                continue  # opaque
+            if name not in PARTIAL:
+                want["sizeof %s" % name] = ffi.sizeof("struct " + name)
+                lines.append('printf("sizeof %s %%zu\\n", sizeof(struct %s));'
+                             % (name, name))
+            for f, ft in fields:
+                want["offsetof %s.%s" % (name, f)] = ft.offset
+                want["sizeof %s.%s" % (name, f)] = ffi.sizeof(ft.type)
+                lines.append('printf("offsetof %s.%s %%zu\\n", '
+                             'offsetof(struct %s, %s));' % (name, f, name, f))
+                lines.append('printf("sizeof %s.%s %%zu\\n", '
+                             'sizeof(((struct %s *)0)->%s));'
+                             % (name, f, name, f))
+        for c, v in self.CONSTANTS.items():
+            want["const " + c] = v
+            lines.append('printf("const %s %%llu\\n", (unsigned long long)%s);'
+                         % (c, c))
+        lines += ["return 0;", "}"]
+        self.assertIn("sizeof kvp_append_info", want)
+        self.assertIn("sizeof kvp_error_info", want)
+        with tempfile.TemporaryDirectory() as d:
+            src, exe = os.path.join(d, "abi.c"), os.path.join(d, "abi")
+            with open(src, "w") as f:
+                f.write("\n".join(lines) + "\n")
+            # No sanitizer flags: only sizes and offsets are run.
+            subprocess.run(cc + ["-I", inc, "-o", exe, src], check=True,
+                           env=dict(os.environ, LD_PRELOAD=""))
+            out = subprocess.run([exe], check=True, stdout=subprocess.PIPE,
+                                 universal_newlines=True,
+                                 env=dict(os.environ, LD_PRELOAD="")).stdout
+        got = {}
+        for line in out.splitlines():
+            key, val = line.rsplit(" ", 1)
+            got[key] = int(val)
+        self.assertEqual(sorted(got), sorted(want))
+        self.assertEqual(["%s: C %d, Python %d" % (k, got[k], want[k])
+                          for k in sorted(want) if got[k] != want[k]], [])
 
 
 if __name__ == "__main__":

@@ -218,10 +218,8 @@ pub mod sys {
         /// Destroys a manager and its sequences.
         pub fn kvp_manager_destroy(m: *mut kvp_manager);
         /// The manager's configuration as in effect.
-        pub fn kvp_manager_get_config(
-            m: *const kvp_manager,
-            out: *mut kvp_manager_config,
-        ) -> c_int;
+        pub fn kvp_manager_get_config(m: *const kvp_manager, out: *mut kvp_manager_config)
+            -> c_int;
         /// Changes the eviction policy.
         pub fn kvp_manager_set_policy(m: *mut kvp_manager, policy: c_int) -> c_int;
         /// Lists the manager's sequences.
@@ -1642,7 +1640,11 @@ impl Manager {
             None
         } else {
             // SAFETY: a NUL-terminated string that lives with the manager.
-            Some(unsafe { CStr::from_ptr(c.name) }.to_string_lossy().into_owned())
+            Some(
+                unsafe { CStr::from_ptr(c.name) }
+                    .to_string_lossy()
+                    .into_owned(),
+            )
         };
         ManagerConfig {
             policy: Policy::from_raw(c.policy).unwrap_or(Policy::Lru),
@@ -1847,7 +1849,9 @@ impl Manager {
 
     /// Creates sequence dst sharing all of src's blocks.  A fork counts
     /// as an access of src (its access count grows and its last access
-    /// moves to now), so LRU and LFU preempt src after its fresh forks.
+    /// moves to now, just before dst's own): LRU keeps src over sequences
+    /// untouched since but takes it before its fresh forks, and LFU takes
+    /// the fresh forks first.
     pub fn fork(&self, src: u64, dst: u64) -> Result<()> {
         // SAFETY: plain call on a live manager.
         check(unsafe { sys::kvp_seq_fork(self.as_ptr(), src, dst) }).map(|_| ())
@@ -1909,7 +1913,8 @@ impl Manager {
             let mut n = 0u32;
             // SAFETY: ids has room for cap entries; the call writes *n of
             // them on success.
-            let rc = unsafe { sys::kvp_seq_blocks(self.as_ptr(), seq, ids.as_mut_ptr(), cap, &mut n) };
+            let rc =
+                unsafe { sys::kvp_seq_blocks(self.as_ptr(), seq, ids.as_mut_ptr(), cap, &mut n) };
             if rc == -ENOSPC {
                 // The count needed (more if seq grew meanwhile).
                 ids.reserve((n as usize).max(cap as usize + 1));
@@ -1961,7 +1966,12 @@ impl Manager {
     /// allocated while it has room).  Returns whether the target was met
     /// (false: cap reached or no sequence left); the victims reported
     /// are evicted either way.
-    pub fn evict_until_into(&self, target: Option<f32>, cap: u32, out: &mut Vec<u64>) -> Result<bool> {
+    pub fn evict_until_into(
+        &self,
+        target: Option<f32>,
+        cap: u32,
+        out: &mut Vec<u64>,
+    ) -> Result<bool> {
         let target = match target {
             Some(t) if t < 0.0 => return Err(Error::invalid()),
             Some(t) => t,

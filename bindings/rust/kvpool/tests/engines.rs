@@ -512,7 +512,10 @@ fn metrics_text() {
     assert!(om.ends_with("# EOF\n"));
     assert!(om.contains("# TYPE kvpool_sequence_forks counter\n"));
     assert!(om.contains("kvpool_sequence_forks_total{manager=\"rust \\\"m\\\"\"} 1\n"));
-    assert!(om.contains(&format!("kvpool_sequences_running{{manager=\"{}\"}} 0\n", anon.id())));
+    assert!(om.contains(&format!(
+        "kvpool_sequences_running{{manager=\"{}\"}} 0\n",
+        anon.id()
+    )));
     let prom = pool.metrics(&[&m], true).unwrap();
     assert!(prom.contains("# TYPE kvpool_sequence_forks_total counter\n"));
     assert!(!prom.contains("# EOF"));

@@ -187,7 +187,11 @@ fn main() {
 
     // Control: libkvpool's own mallocs reach the counter.
     let (pool, ctl) = counted(|| {
-        Pool::new(&PoolConfig::new(2 * (TOKENS / BLOCK_TOKENS + 2), BLOCK_TOKENS)).expect("pool")
+        Pool::new(&PoolConfig::new(
+            2 * (TOKENS / BLOCK_TOKENS + 2),
+            BLOCK_TOKENS,
+        ))
+        .expect("pool")
     });
     assert!(
         ctl.c_allocs > 0,

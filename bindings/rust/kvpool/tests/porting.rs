@@ -54,7 +54,10 @@ fn pool_config_round_trip() {
     assert!(pool.k_only());
     let idonly = Pool::new(&PoolConfig::new(8, 16)).unwrap();
     let c = idonly.config();
-    assert_eq!((c.layout, c.device_id, c.k_only, c.zero), (None, -1, false, false));
+    assert_eq!(
+        (c.layout, c.device_id, c.k_only, c.zero),
+        (None, -1, false, false)
+    );
     assert_eq!(idonly.layout(), None);
     assert_eq!(idonly.block_tokens(), 16);
 }
@@ -140,7 +143,10 @@ fn duplicate_id_is_exists_whatever_its_size() {
     let pool = id_pool(8, 16);
     let m = Manager::new(&pool, &ManagerConfig::default()).unwrap();
     m.create(1, 16).unwrap();
-    assert_eq!(m.create(1, 16 * 1000).unwrap_err().kind(), ErrorKind::Exists);
+    assert_eq!(
+        m.create(1, 16 * 1000).unwrap_err().kind(),
+        ErrorKind::Exists
+    );
 }
 
 // -- managers ---------------------------------------------------------------
@@ -276,7 +282,10 @@ fn append_says_what_it_did() {
     );
     let a = m.append(1, 8).unwrap();
     assert_eq!((a.num_tokens, a.new_blocks), (13, 2));
-    assert_eq!(a.last_slot(4), Some(m.slot_mapping(1, 12, 1).unwrap()[0] as u64));
+    assert_eq!(
+        a.last_slot(4),
+        Some(m.slot_mapping(1, 12, 1).unwrap()[0] as u64)
+    );
     // A fork's append copies the shared last block (1 token of 4): the
     // copy's destination is the new last block, and it counts as
     // allocated.
@@ -333,7 +342,9 @@ fn evict_until_grows_with_its_victims() {
     assert!(!m.evict_until_into(Some(0.0), 1, &mut v).unwrap());
     assert_eq!(v, vec![3]);
     assert_eq!(
-        m.evict_until_into(Some(-1.0), 1, &mut v).unwrap_err().kind(),
+        m.evict_until_into(Some(-1.0), 1, &mut v)
+            .unwrap_err()
+            .kind(),
         ErrorKind::InvalidArgument
     );
     // The old form: a negative target is the threshold; the Vec holds the
@@ -371,9 +382,17 @@ fn handles_are_debug() {
         held: pool.alloc_block().unwrap(),
     };
     let s = format!("{:?}", e);
-    assert!(s.contains("Pool { num_blocks: 16, block_tokens: 16,"), "{}", s);
+    assert!(
+        s.contains("Pool { num_blocks: 16, block_tokens: 16,"),
+        "{}",
+        s
+    );
     assert!(s.contains("free: 15"), "{}", s);
     assert!(s.contains("name: \"eng\", policy: Lru,"), "{}", s);
-    assert!(s.contains(&format!("Block {{ id: {}, .. }}", e.held.id())), "{}", s);
+    assert!(
+        s.contains(&format!("Block {{ id: {}, .. }}", e.held.id())),
+        "{}",
+        s
+    );
     let _ = (e.pool, &e.m);
 }
