@@ -477,6 +477,11 @@ fn threads_share_a_manager() {
                         m.free(id).unwrap();
                     }
                 }
+                // The thread's caches go back at thread exit, in a TLS
+                // destructor that may run after the scope's join has
+                // returned: hand them back now, so that the check below
+                // runs on a quiescent pool.
+                kvpool::thread_flush();
             });
         }
     });
