@@ -1,0 +1,562 @@
+//! The manager and its sequences: `Policy` and `ManagerConfig`, the
+//! `Manager` handle, and the sequence calls (create, reserve, append and
+//! its `Appended` / `BlockCopy`, fork, free, truncate, trim, priority,
+//! `SeqInfo`, block tables) with the manager's `Stats`.
+use std::ffi::{CStr, CString};
+use std::fmt;
+use std::os::raw::c_int;
+use std::ptr::{self, NonNull};
+
+use crate::error::{check, len32, Error, Result, ENOSPC};
+use crate::events::EventFn;
+use crate::{sys, Pool};
+
+/// Eviction policy of [`Manager::evict`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Policy {
+    /// Least recently accessed first.
+    Lru = 0,
+    /// Fewest accesses first (ties: LRU).
+    Lfu = 1,
+    /// Most tokens first (ties: LRU).
+    Longest = 2,
+    /// Lowest priority value first (ties: LRU).
+    Priority = 3,
+}
+
+impl Policy {
+    fn from_raw(p: c_int) -> Option<Policy> {
+        Some(match p {
+            0 => Policy::Lru,
+            1 => Policy::Lfu,
+            2 => Policy::Longest,
+            3 => Policy::Priority,
+            _ => return None,
+        })
+    }
+}
+
+/// Manager parameters (`struct kvp_manager_config`), as fields or by
+/// chaining from `ManagerConfig::new()` (the same as `default()`):
+///
+/// ```
+/// # use kvpool::{ManagerConfig, Policy};
+/// let cfg = ManagerConfig::new().policy(Policy::Lfu).eviction_threshold(0.0).name("m0");
+/// assert_eq!(cfg.eviction_threshold, 0.0); // eviction is due at once
+/// ```
+///
+/// The threshold and the watermark are taken exactly as given, 0
+/// included (the binding passes `KVP_EXACT_LIMITS`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ManagerConfig {
+    /// Eviction policy (changeable later: [`Manager::set_policy`]).
+    pub policy: Policy,
+    /// Utilisation (used / total blocks) at which eviction is due, in
+    /// [0, 1]; default 0.9.  0 makes it due as soon as a block is used.
+    pub eviction_threshold: f32,
+    /// Fraction of the pool kept free at admission, in [0, 1); default
+    /// 0.01.  0 keeps no block free.
+    pub watermark: f32,
+    /// Keep a hash -> block prefix cache.
+    pub prefix_cache: bool,
+    /// Blocks pinned (RETAIN_PIN) at most; 0 = a quarter of the pool.
+    pub max_pinned: u32,
+    /// The `manager` label of its metrics; None = its id.
+    pub name: Option<String>,
+}
+
+impl Default for ManagerConfig {
+    fn default() -> ManagerConfig {
+        ManagerConfig {
+            policy: Policy::Lru,
+            eviction_threshold: 0.9,
+            watermark: 0.01,
+            prefix_cache: false,
+            max_pinned: 0,
+            name: None,
+        }
+    }
+}
+
+impl ManagerConfig {
+    /// The defaults: LRU, threshold 0.9, watermark 0.01, no prefix
+    /// cache, no name.
+    pub fn new() -> ManagerConfig {
+        ManagerConfig::default()
+    }
+    /// The eviction policy.
+    pub fn policy(mut self, policy: Policy) -> ManagerConfig {
+        self.policy = policy;
+        self
+    }
+    /// The utilisation at which eviction is due, exactly (0 included).
+    pub fn eviction_threshold(mut self, threshold: f32) -> ManagerConfig {
+        self.eviction_threshold = threshold;
+        self
+    }
+    /// The fraction kept free at admission, exactly (0 included).
+    pub fn watermark(mut self, watermark: f32) -> ManagerConfig {
+        self.watermark = watermark;
+        self
+    }
+    /// Keep a prefix cache.
+    pub fn prefix_cache(mut self, on: bool) -> ManagerConfig {
+        self.prefix_cache = on;
+        self
+    }
+    /// Blocks pinned at most (0 = a quarter of the pool).
+    pub fn max_pinned(mut self, max_pinned: u32) -> ManagerConfig {
+        self.max_pinned = max_pinned;
+        self
+    }
+    /// The `manager` label of its metrics.
+    pub fn name(mut self, name: &str) -> ManagerConfig {
+        self.name = Some(name.to_string());
+        self
+    }
+}
+
+/// A copy-on-write copy the engine must perform: the first `tokens`
+/// token slots of block src into block dst.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BlockCopy {
+    /// The shared block to copy from.
+    pub src: u32,
+    /// The sequence's new block to copy into.
+    pub dst: u32,
+    /// Token slots to copy (from slot 0).
+    pub tokens: u32,
+}
+
+/// What [`Manager::append`] did (`struct kvp_append_info`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Appended {
+    /// The block holding the sequence's last token after the append
+    /// (None if it holds no token): the last token's slot is
+    /// `last_block * block_tokens + (num_tokens - 1) % block_tokens`
+    /// ([`Appended::last_slot`]).
+    pub last_block: Option<u32>,
+    /// The sequence's token count after the append.
+    pub num_tokens: u32,
+    /// Blocks the append allocated: new table entries, plus a
+    /// copy-on-write's destination.
+    pub new_blocks: u32,
+    /// The copy-on-write copy the engine must perform before writing
+    /// (a shared, partly filled last block was replaced).
+    pub cow: Option<BlockCopy>,
+}
+
+impl Appended {
+    /// The last token's slot (block * block_tokens + offset), as
+    /// [`Manager::slot_mapping`] numbers it; None without a block.
+    pub fn last_slot(&self, block_tokens: u32) -> Option<u64> {
+        let bt = block_tokens.max(1) as u64;
+        self.last_block
+            .map(|b| b as u64 * bt + (self.num_tokens.max(1) as u64 - 1) % bt)
+    }
+}
+
+/// `struct kvp_seq_info`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SeqInfo {
+    /// Tokens.
+    pub num_tokens: u32,
+    /// Block-table entries.
+    pub num_blocks: u32,
+    /// Logical clock at the last access (create, append, fork, trim).
+    pub last_access: u64,
+    /// Creates, appends and forks as the source.
+    pub access_count: u64,
+    /// The priority (Policy::Priority evicts the lowest first).
+    pub priority: i32,
+}
+
+/// `struct kvp_stats`: exact at quiescence, approximate otherwise.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Stats {
+    /// Live sequences.
+    pub sequences: u64,
+    /// Tokens in live sequences.
+    pub tokens: u64,
+    /// Sequences created.
+    pub seq_creates: u64,
+    /// Sequences freed (evictions included).
+    pub seq_frees: u64,
+    /// Successful appends.
+    pub appends: u64,
+    /// Successful forks.
+    pub forks: u64,
+    /// Sequences evicted.
+    pub evictions: u64,
+    /// Copy-on-write copies reported.
+    pub cow_copies: u64,
+    /// Blocks this manager took from the pool.
+    pub blocks_allocated: u64,
+    /// Block-table entries this manager let go of.
+    pub blocks_released: u64,
+    /// Pool-wide used blocks (all managers).
+    pub blocks_used: u64,
+    /// Pool size.
+    pub blocks_total: u64,
+    /// KV bytes per block (0 for an ID-only pool).
+    pub bytes_per_block: u64,
+    /// Tokens asked for by create_cached.
+    pub prefix_queries: u64,
+    /// Of which served from cached blocks.
+    pub prefix_hits: u64,
+    /// hits / queries (0 with no queries).
+    pub prefix_hit_rate: f64,
+    /// Blocks this manager caches now.
+    pub prefix_cached_blocks: u64,
+    /// Blocks registered by commit.
+    pub prefix_commits: u64,
+    /// Its cached blocks evicted by the pool.
+    pub prefix_evictions: u64,
+    /// Its cached blocks pinned now.
+    pub prefix_pinned: u64,
+    /// Its retention clock (tick).
+    pub retention_clock: u64,
+    /// Full blocks a commit left uncached (another block caches the hash).
+    pub prefix_uncached: u64,
+    /// Events handed to the manager's event callback.
+    pub events: u64,
+}
+
+/// Sequences of one model over a pool.  Every `&self` method may run
+/// concurrently with every other from any thread (calls on one sequence
+/// are serialised by the library; different sequences never contend).
+pub struct Manager {
+    m: NonNull<sys::kvp_manager>,
+    pub(crate) pool: Pool,
+    pub(crate) cb: Option<Box<Box<EventFn>>>,
+}
+
+// SAFETY: the kvp_seq_*, kvp_admit, kvp_evict*, kvp_export_* and stats
+// functions are thread-safe (include/kvpool.h's synchronisation table);
+// set_event_callback takes &mut self and destroy happens in drop; the
+// callback is Send + Sync.
+unsafe impl Send for Manager {}
+unsafe impl Sync for Manager {}
+
+impl Drop for Manager {
+    fn drop(&mut self) {
+        // SAFETY: nobody else can use it (drop has it exclusively).
+        unsafe { sys::kvp_manager_destroy(self.m.as_ptr()) }
+    }
+}
+
+impl fmt::Debug for Manager {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let c = self.config();
+        f.debug_struct("Manager")
+            .field("id", &self.id())
+            .field("name", &self.name())
+            .field("policy", &c.policy)
+            .field("eviction_threshold", &c.eviction_threshold)
+            .field("watermark", &c.watermark)
+            .field("prefix_cache", &c.prefix_cache)
+            .field("sequences", &self.stats().sequences)
+            .field("pool", &self.pool)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Manager {
+    /// Creates a manager over pool (it takes its own pool reference).
+    /// The threshold and watermark are taken exactly (`KVP_EXACT_LIMITS`).
+    pub fn new(pool: &Pool, cfg: &ManagerConfig) -> Result<Manager> {
+        let name = match &cfg.name {
+            Some(n) => Some(CString::new(n.as_str()).map_err(|_| Error::invalid())?),
+            None => None,
+        };
+        let c = sys::kvp_manager_config {
+            pool: pool.as_ptr(),
+            policy: cfg.policy as c_int,
+            eviction_threshold: cfg.eviction_threshold,
+            watermark: cfg.watermark,
+            flags: if cfg.prefix_cache {
+                sys::KVP_PREFIX_CACHE | sys::KVP_EXACT_LIMITS
+            } else {
+                sys::KVP_EXACT_LIMITS
+            },
+            max_pinned: cfg.max_pinned,
+            name: name.as_ref().map_or(ptr::null(), |n| n.as_ptr()),
+        };
+        let mut out = ptr::null_mut();
+        // SAFETY: c and out are valid for the call.
+        check(unsafe { sys::kvp_manager_create(&c, &mut out) })?;
+        Ok(Manager {
+            m: NonNull::new(out).ok_or_else(Error::invalid)?,
+            pool: pool.clone(),
+            cb: None,
+        })
+    }
+
+    /// The raw pointer, for calls through [`sys`].
+    pub fn as_ptr(&self) -> *mut sys::kvp_manager {
+        self.m.as_ptr()
+    }
+
+    /// The manager's pool.
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    /// The configuration in effect (`kvp_manager_get_config`): the
+    /// current policy, the threshold and watermark in use, max_pinned in
+    /// use (0 without a prefix cache) and the name.
+    pub fn config(&self) -> ManagerConfig {
+        let mut c = sys::kvp_manager_config {
+            pool: ptr::null_mut(),
+            policy: 0,
+            eviction_threshold: 0.0,
+            watermark: 0.0,
+            flags: 0,
+            max_pinned: 0,
+            name: ptr::null(),
+        };
+        // SAFETY: c is a valid out pointer; the only errors are NULL
+        // arguments.  The name points into the manager, copied at once.
+        let rc = unsafe { sys::kvp_manager_get_config(self.as_ptr(), &mut c) };
+        debug_assert_eq!(rc, 0);
+        let name = if c.name.is_null() {
+            None
+        } else {
+            // SAFETY: a NUL-terminated string that lives with the manager.
+            Some(
+                unsafe { CStr::from_ptr(c.name) }
+                    .to_string_lossy()
+                    .into_owned(),
+            )
+        };
+        ManagerConfig {
+            policy: Policy::from_raw(c.policy).unwrap_or(Policy::Lru),
+            eviction_threshold: c.eviction_threshold,
+            watermark: c.watermark,
+            prefix_cache: c.flags & sys::KVP_PREFIX_CACHE != 0,
+            max_pinned: c.max_pinned,
+            name,
+        }
+    }
+
+    /// The current eviction policy.
+    pub fn policy(&self) -> Policy {
+        self.config().policy
+    }
+
+    /// The utilisation at which eviction is due (what
+    /// `evict_until_into(None, ..)` evicts down to).
+    pub fn eviction_threshold(&self) -> f32 {
+        self.config().eviction_threshold
+    }
+
+    /// The fraction of the pool admission keeps free.
+    pub fn watermark(&self) -> f32 {
+        self.config().watermark
+    }
+
+    /// The manager's sequence ids, in no particular order (a sequence
+    /// created or freed meanwhile may or may not be listed).
+    pub fn sequences(&self) -> Result<Vec<u64>> {
+        let mut ids = Vec::new();
+        self.sequences_into(&mut ids)?;
+        Ok(ids)
+    }
+
+    /// [`sequences`](Manager::sequences) into ids, replacing its
+    /// contents; allocates nothing when ids has the capacity.
+    pub fn sequences_into(&self, ids: &mut Vec<u64>) -> Result<()> {
+        ids.clear();
+        loop {
+            let cap = len32(ids.capacity())?;
+            let mut n = 0u32;
+            // SAFETY: ids has room for cap entries; the call writes *n
+            // of them on success.
+            let rc = unsafe { sys::kvp_manager_seqs(self.as_ptr(), ids.as_mut_ptr(), cap, &mut n) };
+            if rc == -ENOSPC {
+                // More sequences meanwhile: room for a few more.
+                ids.reserve(with_slack(n).max(cap as usize + 1));
+                continue;
+            }
+            check(rc)?;
+            // SAFETY: the first n <= cap entries are written.
+            unsafe { ids.set_len(n as usize) };
+            return Ok(());
+        }
+    }
+
+    /// Makes room in seq's block table for num_tokens tokens in all, so
+    /// that appends up to that count allocate no host memory (they still
+    /// take their blocks from the pool).  The room lasts until seq is
+    /// freed or its table shrinks (truncate, stream_trim); a fork does
+    /// not inherit it.  A count at or below seq's is a no-op.
+    pub fn reserve(&self, seq: u64, num_tokens: u32) -> Result<()> {
+        // SAFETY: plain call on a live manager.
+        check(unsafe { sys::kvp_seq_reserve(self.as_ptr(), seq, num_tokens) }).map(|_| ())
+    }
+
+    /// Creates seq holding num_tokens tokens (0 allowed).  Exists is
+    /// checked first, whatever num_tokens; NoSpace says how many blocks
+    /// were requested and available.
+    pub fn create(&self, seq: u64, num_tokens: u32) -> Result<()> {
+        // SAFETY: plain call on a live manager.
+        check(unsafe { sys::kvp_seq_create(self.as_ptr(), seq, num_tokens) }).map(|_| ())
+    }
+
+    /// Appends num_tokens token slots to seq: which block took the last
+    /// token, the token count, the blocks allocated and the
+    /// copy-on-write copy to perform (`kvp_seq_append_ex`).  Allocates
+    /// nothing on the Rust side; on a [`reserve`](Manager::reserve)d
+    /// sequence the C library allocates no host memory either.
+    #[inline]
+    pub fn append(&self, seq: u64, num_tokens: u32) -> Result<Appended> {
+        let mut cow = BlockCopy::default();
+        let mut ncow = 0u32;
+        let mut info = sys::kvp_append_info::default();
+        // SAFETY: cow has room for cow_cap = 1 copy; info is valid.
+        let rc = unsafe {
+            sys::kvp_seq_append_ex(
+                self.as_ptr(),
+                seq,
+                num_tokens,
+                &mut cow,
+                1,
+                &mut ncow,
+                &mut info,
+            )
+        };
+        if rc != 0 {
+            return Err(Error::from_rc(rc));
+        }
+        Ok(Appended {
+            last_block: if info.last_block == sys::KVP_NO_BLOCK {
+                None
+            } else {
+                Some(info.last_block)
+            },
+            num_tokens: info.num_tokens,
+            new_blocks: info.new_blocks,
+            cow: if ncow != 0 { Some(cow) } else { None },
+        })
+    }
+
+    /// Creates sequence dst sharing all of src's blocks.  A fork counts
+    /// as an access of src (its access count grows and its last access
+    /// moves to now, just before dst's own): LRU keeps src over sequences
+    /// untouched since but takes it before its fresh forks, and LFU takes
+    /// the fresh forks first.
+    pub fn fork(&self, src: u64, dst: u64) -> Result<()> {
+        // SAFETY: plain call on a live manager.
+        check(unsafe { sys::kvp_seq_fork(self.as_ptr(), src, dst) }).map(|_| ())
+    }
+
+    /// Frees seq (its blocks go back to the pool, or to the prefix
+    /// cache).
+    pub fn free(&self, seq: u64) -> Result<()> {
+        // SAFETY: plain call on a live manager.
+        check(unsafe { sys::kvp_seq_free(self.as_ptr(), seq) }).map(|_| ())
+    }
+
+    /// Rolls seq back to num_tokens tokens.
+    pub fn truncate(&self, seq: u64, num_tokens: u32) -> Result<()> {
+        // SAFETY: plain call on a live manager.
+        check(unsafe { sys::kvp_seq_truncate(self.as_ptr(), seq, num_tokens) }).map(|_| ())
+    }
+
+    /// StreamingLLM trim: keeps the first sink_tokens tokens and the last
+    /// window_tokens, dropping whole blocks between them (so a few more
+    /// tokens than sink + window may stay); returns the tokens dropped.
+    pub fn stream_trim(&self, seq: u64, sink_tokens: u32, window_tokens: u32) -> Result<u32> {
+        let mut ev = 0u32;
+        // SAFETY: ev is a valid out pointer.
+        check(unsafe {
+            sys::kvp_seq_stream_trim(self.as_ptr(), seq, sink_tokens, window_tokens, &mut ev)
+        })?;
+        Ok(ev)
+    }
+
+    /// Sets seq's priority (Policy::Priority evicts the lowest first).
+    pub fn set_priority(&self, seq: u64, priority: i32) -> Result<()> {
+        // SAFETY: plain call on a live manager.
+        check(unsafe { sys::kvp_seq_set_priority(self.as_ptr(), seq, priority) }).map(|_| ())
+    }
+
+    /// seq's token and block counts, access clock and priority.
+    pub fn info(&self, seq: u64) -> Result<SeqInfo> {
+        let mut i = SeqInfo::default();
+        // SAFETY: i is a valid struct kvp_seq_info.
+        check(unsafe { sys::kvp_seq_info(self.as_ptr(), seq, &mut i) })?;
+        Ok(i)
+    }
+
+    /// seq's block table, in one allocation of its size (more only if
+    /// another thread grows seq meanwhile).
+    pub fn blocks(&self, seq: u64) -> Result<Vec<u32>> {
+        let mut ids = Vec::with_capacity(self.info(seq)?.num_blocks as usize);
+        self.blocks_into(seq, &mut ids)?;
+        Ok(ids)
+    }
+
+    /// seq's block table into ids, replacing its contents; allocates
+    /// nothing when ids has the capacity.
+    pub fn blocks_into(&self, seq: u64, ids: &mut Vec<u32>) -> Result<()> {
+        ids.clear();
+        loop {
+            let cap = len32(ids.capacity())?;
+            let mut n = 0u32;
+            // SAFETY: ids has room for cap entries; the call writes *n of
+            // them on success.
+            let rc =
+                unsafe { sys::kvp_seq_blocks(self.as_ptr(), seq, ids.as_mut_ptr(), cap, &mut n) };
+            if rc == -ENOSPC {
+                // The count needed (more if seq grew meanwhile).
+                ids.reserve((n as usize).max(cap as usize + 1));
+                continue;
+            }
+            check(rc)?;
+            // SAFETY: the first n <= cap entries are written.
+            unsafe { ids.set_len(n as usize) };
+            return Ok(());
+        }
+    }
+
+    /// The manager's statistics (`kvp_manager_stats`).
+    pub fn stats(&self) -> Stats {
+        let mut st = Stats::default();
+        // SAFETY: st is a valid struct kvp_stats.
+        unsafe { sys::kvp_manager_stats(self.as_ptr(), &mut st) };
+        st
+    }
+
+    /// The manager's process-unique id.
+    pub fn id(&self) -> u64 {
+        // SAFETY: plain call on a live manager.
+        unsafe { sys::kvp_manager_id(self.as_ptr()) }
+    }
+
+    /// The manager's name: the `manager` label of its metrics.
+    pub fn name(&self) -> String {
+        // SAFETY: the name is a NUL-terminated string that lives as long
+        // as the manager.
+        unsafe { CStr::from_ptr(sys::kvp_manager_name(self.as_ptr())) }
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    /// Checks the invariants of the pool and its managers (the caller
+    /// guarantees quiescence).
+    pub fn check(&self) -> Result<()> {
+        // SAFETY: plain call; quiescence is the caller's (documented).
+        check(unsafe { sys::kvp_manager_check(self.as_ptr()) }).map(|_| ())
+    }
+}
+
+/// Capacity for a list that had `n` entries a moment ago and may grow:
+/// an eighth more.
+fn with_slack(n: u32) -> usize {
+    let n = n as usize;
+    n + n / 8 + 1
+}

@@ -1,0 +1,105 @@
+//! The prefix cache's sequence calls: create from cached blocks,
+//! commit (with `Retention` ranges at the `RETAIN_*` priorities), the
+//! retention clock, reset.
+use crate::error::{check, len32, Result};
+use crate::{sys, BlockHash, Manager};
+
+/// Retention priorities (kvpool.h): the default, the highest below a
+/// pin, and a pin (never evicted; capped per manager).
+pub const RETAIN_DEFAULT: u32 = 0;
+/// The highest retention priority below a pin.
+pub const RETAIN_MAX: u32 = 14;
+/// Pinned: never evicted while pinned (capped per manager).
+pub const RETAIN_PIN: u32 = 15;
+
+/// `struct kvp_retention`: tokens [first_token, first_token + num_tokens)
+/// (num_tokens 0: to the end) at `priority` for `duration` ticks of the
+/// manager's retention clock (0: for ever).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Retention {
+    /// First token of the range.
+    pub first_token: u32,
+    /// Tokens in the range (0: to the end).
+    pub num_tokens: u32,
+    /// RETAIN_DEFAULT ..= RETAIN_PIN.
+    pub priority: u32,
+    /// Retention-clock ticks (0: no expiry).
+    pub duration: u64,
+}
+
+impl Manager {
+    /// Creates seq reusing the longest cached prefix of hashes; returns
+    /// the number of tokens served from the cache.
+    pub fn create_cached(&self, seq: u64, hashes: &[BlockHash], num_tokens: u32) -> Result<u32> {
+        let mut cached = 0u32;
+        // SAFETY: hashes has nhashes entries.
+        check(unsafe {
+            sys::kvp_seq_create_cached(
+                self.as_ptr(),
+                seq,
+                hashes.as_ptr(),
+                len32(hashes.len())?,
+                num_tokens,
+                &mut cached,
+            )
+        })?;
+        Ok(cached)
+    }
+
+    /// Registers seq's full blocks under hashes; returns how many blocks
+    /// were newly cached.
+    pub fn commit(&self, seq: u64, hashes: &[BlockHash]) -> Result<u32> {
+        // SAFETY: hashes has nhashes entries.
+        check(unsafe {
+            sys::kvp_seq_commit(self.as_ptr(), seq, hashes.as_ptr(), len32(hashes.len())?)
+        })
+        .map(|n| n as u32)
+    }
+
+    /// commit with retention ranges; returns (blocks newly cached, pins
+    /// the manager's cap refused).
+    pub fn commit_retained(
+        &self,
+        seq: u64,
+        hashes: &[BlockHash],
+        ranges: &[Retention],
+    ) -> Result<(u32, u32)> {
+        let mut unpinned = 0u32;
+        // SAFETY: hashes and ranges have the lengths passed.
+        let n = check(unsafe {
+            sys::kvp_seq_commit_retained(
+                self.as_ptr(),
+                seq,
+                hashes.as_ptr(),
+                len32(hashes.len())?,
+                ranges.as_ptr(),
+                len32(ranges.len())?,
+                &mut unpinned,
+            )
+        })?;
+        Ok((n as u32, unpinned))
+    }
+
+    /// Advances the retention clock by steps; returns the new time.
+    pub fn tick(&self, steps: u64) -> Result<u64> {
+        let mut now = 0u64;
+        // SAFETY: now is valid for the call.
+        check(unsafe { sys::kvp_manager_tick(self.as_ptr(), steps, &mut now) })?;
+        Ok(now)
+    }
+
+    /// (priority, expiry; 0: none) of the block cached under hash.
+    pub fn retention(&self, hash: &BlockHash) -> Result<(u32, u64)> {
+        let (mut prio, mut exp) = (0u32, 0u64);
+        // SAFETY: the pointers are valid for the call.
+        check(unsafe { sys::kvp_prefix_retention(self.as_ptr(), hash, &mut prio, &mut exp) })?;
+        Ok((prio, exp))
+    }
+
+    /// Drops every idle cached block of the manager's prefix cache.
+    pub fn prefix_reset(&self) -> Result<()> {
+        // SAFETY: plain call on a live manager.
+        check(unsafe { sys::kvp_prefix_reset(self.as_ptr()) }).map(|_| ())
+    }
+}
