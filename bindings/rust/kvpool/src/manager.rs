@@ -309,19 +309,7 @@ impl Manager {
     /// current policy, the threshold and watermark in use, max_pinned in
     /// use (0 without a prefix cache) and the name.
     pub fn config(&self) -> ManagerConfig {
-        let mut c = sys::kvp_manager_config {
-            pool: ptr::null_mut(),
-            policy: 0,
-            eviction_threshold: 0.0,
-            watermark: 0.0,
-            flags: 0,
-            max_pinned: 0,
-            name: ptr::null(),
-        };
-        // SAFETY: c is a valid out pointer; the only errors are NULL
-        // arguments.  The name points into the manager, copied at once.
-        let rc = unsafe { sys::kvp_manager_get_config(self.as_ptr(), &mut c) };
-        debug_assert_eq!(rc, 0);
+        let c = self.raw_config();
         let name = if c.name.is_null() {
             None
         } else {
@@ -342,20 +330,39 @@ impl Manager {
         }
     }
 
+    /// `kvp_manager_get_config`, as C gives it (its name points into
+    /// the manager): no allocation.
+    fn raw_config(&self) -> sys::kvp_manager_config {
+        let mut c = sys::kvp_manager_config {
+            pool: ptr::null_mut(),
+            policy: 0,
+            eviction_threshold: 0.0,
+            watermark: 0.0,
+            flags: 0,
+            max_pinned: 0,
+            name: ptr::null(),
+        };
+        // SAFETY: c is a valid out pointer; the only errors are NULL
+        // arguments.
+        let rc = unsafe { sys::kvp_manager_get_config(self.as_ptr(), &mut c) };
+        debug_assert_eq!(rc, 0);
+        c
+    }
+
     /// The current eviction policy.
     pub fn policy(&self) -> Policy {
-        self.config().policy
+        Policy::from_raw(self.raw_config().policy).unwrap_or(Policy::Lru)
     }
 
     /// The utilisation at which eviction is due (what
     /// `evict_until_into(None, ..)` evicts down to).
     pub fn eviction_threshold(&self) -> f32 {
-        self.config().eviction_threshold
+        self.raw_config().eviction_threshold
     }
 
     /// The fraction of the pool admission keeps free.
     pub fn watermark(&self) -> f32 {
-        self.config().watermark
+        self.raw_config().watermark
     }
 
     /// The manager's sequence ids, in no particular order (a sequence
@@ -547,7 +554,11 @@ impl Manager {
     }
 
     /// Checks the invariants of the pool and its managers (the caller
-    /// guarantees quiescence).
+    /// guarantees quiescence).  A thread hands its block caches back when
+    /// it exits, in a thread-local destructor, and the end of a
+    /// `std::thread::scope` does not wait for those: workers call
+    /// [`thread_flush`](crate::thread_flush) before they return if a
+    /// check follows.
     pub fn check(&self) -> Result<()> {
         // SAFETY: plain call; quiescence is the caller's (documented).
         check(unsafe { sys::kvp_manager_check(self.as_ptr()) }).map(|_| ())

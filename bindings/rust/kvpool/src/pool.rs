@@ -398,7 +398,10 @@ impl Pool {
     }
 
     /// Checks the pool's invariants.  The caller guarantees that no other
-    /// thread uses the pool during the call.
+    /// thread uses the pool during the call: that includes threads whose
+    /// closures returned but whose thread-local destructors (which hand
+    /// their caches back) have not run, as after a `std::thread::scope`;
+    /// call [`thread_flush`] at the end of such workers.
     pub fn check(&self) -> Result<()> {
         // SAFETY: plain call; quiescence is the caller's (documented).
         check(unsafe { sys::kvp_pool_check(self.as_ptr()) }).map(|_| ())
