@@ -537,7 +537,8 @@ KVP_API int kvp_seq_append_batch(struct kvp_manager *m, const uint64_t *seqs,
  * afresh.  A fork counts as an access of src: src's access_count grows
  * and its last_access moves to now (just before dst's own), so LRU keeps
  * src over sequences untouched since, yet takes it before its fresh
- * forks, and LFU takes the fresh forks (fewer accesses) first.  Errors: -EINVAL, -ENOENT (src unknown, or freed concurrently),
+ * forks, and LFU takes the fresh forks (fewer accesses) first.
+ * Errors: -EINVAL, -ENOENT (src unknown, or freed concurrently),
  * -EEXIST (dst in use, including dst == src), -EOVERFLOW (a block would
  * exceed KVP_MAX_REFS), -ENOMEM.
  */

@@ -13,8 +13,9 @@
 //! - `apply_streaming_llm` drops whole blocks only: the token count falls
 //!   by a multiple of the block size, and the partly filled last block
 //!   stays (the seed set the count to `sink + window` exactly);
-//! - a fork counts as an access of its source (LRU and LFU then choose
-//!   the source after its fresh forks);
+//! - a fork counts as an access of its source (LRU keeps the source over
+//!   sequences untouched since, but takes it before its fresh forks; LFU
+//!   takes the fresh forks first);
 //! - `get_sequence` and `stats` return copies, as kvpool keeps them.
 //!
 //! The seed's `types.rs` (BlockId, SeqId, EvictionStrategy, SequenceInfo,
