@@ -918,6 +918,21 @@ KVP_API int kvp_seq_create_cached(struct kvp_manager *m, uint64_t seq,
 				  uint32_t *cached_tokens);
 
 /*
+ * How many of hashes[0..nhashes) are cached by m now, counting from the
+ * first and stopping at the first miss, in *cached_blocks: the hit that
+ * kvp_seq_create_cached would take (before its cap on the last token),
+ * for a scheduler that sizes a request before it admits it.  Takes no
+ * reference, changes no statistic and no block's place in the eviction
+ * order.  Advice, as kvp_admit: another thread's eviction or commit may
+ * change the answer the moment after.  Lock-free.  Errors: -EINVAL (NULL
+ * m or cached_blocks, hashes NULL with nhashes > 0, manager without
+ * KVP_PREFIX_CACHE).
+ */
+KVP_API int kvp_prefix_match(struct kvp_manager *m,
+			     const struct kvp_hash *hashes, uint32_t nhashes,
+			     uint32_t *cached_blocks);
+
+/*
  * Registers the sequence's full blocks under hashes[0..nhashes) (block
  * i under hashes[i]; hashes beyond the sequence's full blocks are
  * ignored, so a caller may pass the whole prompt's hashes early).  Blocks

@@ -1455,6 +1455,36 @@ uint32_t prefix_take(struct prefix_cache *pc, const struct kvp_hash *hashes,
 	return i;
 }
 
+uint32_t prefix_match(struct prefix_cache *pc, const struct kvp_hash *hashes,
+		      uint32_t n)
+{
+	struct kvp_pool *pool = pc->pool;
+	struct prefix_pool *pp = pool_prefix(pool);
+	const struct prefix_table *t;
+	uint32_t i;
+
+	kvp_rcu_read_lock();
+	t = table_of(pc);
+	for (i = 0; i < n; i++) {
+		uint64_t w[4], key, at;
+		uint32_t b;
+
+		hash_words(&hashes[i], w);
+		key = key_of(w);
+		b = probe_tag(t, key, home_of(key, t->mask), &at);
+		b = lookup(t, pp, key, w, b, at);
+		/* Relaxed: advice, read as take_one reads before its CAS
+		 * (every word atomic; a stale one is a miss or a hit that
+		 * a later call may not find). */
+		if (b == KVP_NIL || !pool_block_cached(pool, b) ||
+		    atomic_load_explicit(&pp->blk[b].owner,
+					 memory_order_relaxed) != pc)
+			break;
+	}
+	kvp_rcu_read_unlock();
+	return i;
+}
+
 void prefix_store_begin(struct prefix_cache *pc)
 {
 	event_lock(pc);

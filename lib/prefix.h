@@ -98,6 +98,14 @@ uint32_t prefix_take(struct prefix_cache *pc, const struct kvp_hash *hashes,
 		     uint32_t n, uint32_t *blocks);
 
 /*
+ * How many of hashes[0..n) are cached now, from the first on, taking no
+ * reference and changing nothing (kvp_prefix_match): advice, as a hit
+ * may be evicted and a block cached the moment after.  Lock-free.
+ */
+uint32_t prefix_match(struct prefix_cache *pc, const struct kvp_hash *hashes,
+		      uint32_t n);
+
+/*
  * Undoes prefix_take for a failed creation: drops the references on
  * blocks[0..n) and puts a block that becomes evictable again back where it
  * was in the eviction order (unless an evictor unlinked it meanwhile).

@@ -1,6 +1,7 @@
 /*
  * seqprefix.c - the prefix cache as sequences use it: kvp_seq_create_cached
- * (hits), kvp_seq_commit and its forms (retention ranges, STORED events),
+ * (hits), kvp_prefix_match (a hit's length, taken by no one),
+ * kvp_seq_commit and its forms (retention ranges, STORED events),
  * and the manager-level prefix calls (tick, retention, reset, event sinks)
  * (layer 9, doc/architecture.md "Layers": over seq.c, seqslab.c,
  * btable.c, mgrstat.c and prefix.c).
@@ -39,6 +40,17 @@ KVP_API int kvp_seq_create_cached(struct kvp_manager *m, uint64_t id,
 	stat_add(m, prefix_hits, (uint64_t)hits * m->block_tokens);
 	if (cached_tokens)
 		*cached_tokens = hits * m->block_tokens;
+	return 0;
+}
+
+KVP_API int kvp_prefix_match(struct kvp_manager *m,
+			     const struct kvp_hash *hashes, uint32_t nhashes,
+			     uint32_t *cached_blocks)
+{
+	if (!m || (!hashes && nhashes) || !cached_blocks ||
+	    !(m->flags & KVP_PREFIX_CACHE))
+		return -EINVAL;
+	*cached_blocks = prefix_match(&m->prefix, hashes, nhashes);
 	return 0;
 }
 

@@ -11,8 +11,9 @@
  * (at most two live at once: one and a fork of it) over a few shared
  * token streams: K fixed prefixes (--prefixes, default 4) cut at a random
  * length, followed by one of 16 suffix streams drawn at random from the
- * seed, with or without a tenant salt.  A request is created with
- * kvp_seq_create_cached, then appended to in random chunks up to its
+ * seed, with or without a tenant salt.  A request's cached prefix is
+ * looked up first (kvp_prefix_match: advice, racing everything), then it
+ * is created with kvp_seq_create_cached, then appended to in random chunks up to its
  * length, committed now and then, sometimes forked (the fork follows the
  * same stream, so both commit the same hashes: no merge), sometimes
  * truncated (into cached blocks: copy-on-write), and freed.  Another
@@ -398,7 +399,7 @@ static bool req_start(struct worker *w, struct req *r)
 	uint32_t k = (uint32_t)(x % nprefix), plen = (uint32_t)((x >> 8) % 33),
 		 s = (uint32_t)((x >> 16) % NSUFFIX),
 		 slen = 1 + (uint32_t)((x >> 24) % SUFFIX_TOKENS),
-		 prompt, cached = 0;
+		 prompt, cached = 0, matched = 0;
 	bool salted = (x >> 32) & 1;
 	struct kvp_hash_keys keys = {.salt = "tenant", .salt_len = 6};
 	int n, err;
@@ -420,6 +421,11 @@ static bool req_start(struct worker *w, struct req *r)
 		fail("kvp_hash_blocks returned %d\n", n);
 	r->nh = (uint32_t)n;
 	prompt = 1 + (uint32_t)((x >> 40) % r->len);
+	/* The match a scheduler asks before it admits: advice that races
+	 * evictions and commits, so only its range is checked. */
+	err = kvp_prefix_match(mgr[r->mi], r->h, r->nh, &matched);
+	if (err || matched > r->nh)
+		fail("kvp_prefix_match: %d, %u of %u\n", err, matched, r->nh);
 	err = kvp_seq_create_cached(mgr[r->mi], r->id, r->h, r->nh, prompt,
 				    &cached);
 	if (err == -ENOSPC) {

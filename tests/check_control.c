@@ -4,7 +4,9 @@
  * K-only pools, the configurations in effect, exact limits (threshold and
  * watermark 0), a policy changed on a manager that holds sequences, the
  * victim named without evicting it, the list of a manager's sequences,
- * what an append did (kvp_seq_append_ex) and reserved block tables.
+ * what an append did (kvp_seq_append_ex), reserved block tables and the
+ * cached prefix of a request, looked up without taking it
+ * (kvp_prefix_match).
  * tests/check_noalloc.c proves that appends on a reserved sequence
  * allocate no host memory.
  */
@@ -495,6 +497,71 @@ START_TEST(test_reserve)
 }
 END_TEST
 
+START_TEST(test_prefix_match)
+{
+	struct kvp_pool *p = mkpool_nc(8);
+	struct kvp_manager *m = mkmgr(p, KVP_EVICT_LRU, 0, 0, KVP_PREFIX_CACHE);
+	struct kvp_manager *plain = mkmgr(p, KVP_EVICT_LRU, 0, 0, 0);
+	struct kvp_manager *other =
+		mkmgr(p, KVP_EVICT_LRU, 0, 0, KVP_PREFIX_CACHE);
+	uint32_t tokens[4 * BT], n = 99, cached;
+	struct kvp_hash h[5];
+	struct kvp_stats before, after;
+	uint32_t ids[8];
+
+	for (uint32_t i = 0; i < 4 * BT; i++)
+		tokens[i] = i * 7 + 1;
+	ck_assert_int_eq(kvp_hash_blocks(KVP_HASH_SHA256, NULL, NULL, tokens,
+					 4 * BT, BT, h),
+			 4);
+	memset(&h[4], 0x77, sizeof(h[4]));
+	ck_assert_int_eq(kvp_prefix_match(NULL, h, 4, &n), -EINVAL);
+	ck_assert_int_eq(kvp_prefix_match(m, NULL, 4, &n), -EINVAL);
+	ck_assert_int_eq(kvp_prefix_match(m, h, 4, NULL), -EINVAL);
+	ck_assert_int_eq(kvp_prefix_match(plain, h, 4, &n), -EINVAL);
+	ck_assert_uint_eq(n, 99);
+	ck_assert_int_eq(kvp_prefix_match(m, NULL, 0, &n), 0);
+	ck_assert_uint_eq(n, 0);
+	ck_assert_int_eq(kvp_prefix_match(m, h, 4, &n), 0);
+	ck_assert_uint_eq(n, 0);
+	/* Three blocks committed: a match of 3, of 2 from a shorter list,
+	 * of 0 when the first misses; another manager's cache is not ours. */
+	create_ok(m, 1, 3 * BT);
+	ck_assert_int_eq(kvp_seq_commit(m, 1, h, 3), 3);
+	before = mstats(m);
+	ck_assert_int_eq(kvp_prefix_match(m, h, 5, &n), 0);
+	ck_assert_uint_eq(n, 3);
+	ck_assert_int_eq(kvp_prefix_match(m, h, 2, &n), 0);
+	ck_assert_uint_eq(n, 2);
+	ck_assert_int_eq(kvp_prefix_match(m, h + 1, 2, &n), 0);
+	ck_assert_uint_eq(n, 2); /* a lookup by hash: h[1], h[2] */
+	ck_assert_int_eq(kvp_prefix_match(m, h + 3, 1, &n), 0);
+	ck_assert_uint_eq(n, 0);
+	ck_assert_int_eq(kvp_prefix_match(other, h, 3, &n), 0);
+	ck_assert_uint_eq(n, 0);
+	/* Idle cached blocks still match; nothing moved. */
+	free_ok(m, 1);
+	ck_assert_int_eq(kvp_prefix_match(m, h, 4, &n), 0);
+	ck_assert_uint_eq(n, 3);
+	after = mstats(m);
+	ck_assert_uint_eq(after.prefix_queries, before.prefix_queries);
+	ck_assert_uint_eq(after.prefix_hits, before.prefix_hits);
+	ck_assert_int_eq(kvp_seq_create_cached(m, 2, h, 4, 4 * BT, &cached),
+			 0);
+	ck_assert_uint_eq(cached, 3 * BT); /* what the match said */
+	free_ok(m, 2);
+	/* Evicted (a raw allocation of the whole pool): no match. */
+	ck_assert_int_eq(kvp_pool_alloc(p, 8, ids), 0);
+	ck_assert_int_eq(kvp_prefix_match(m, h, 4, &n), 0);
+	ck_assert_uint_eq(n, 0);
+	ck_assert_int_eq(kvp_pool_free(p, ids, 8), 0);
+	kvp_manager_destroy(m);
+	kvp_manager_destroy(plain);
+	kvp_manager_destroy(other);
+	kvp_pool_unref(p);
+}
+END_TEST
+
 START_TEST(test_duplicate_id_first)
 {
 	struct kvp_pool *p = mkpool_nc(4);
@@ -526,6 +593,7 @@ int main(void)
 	tcase_add_test(tc, test_append_ex);
 	tcase_add_test(tc, test_reserve);
 	tcase_add_test(tc, test_duplicate_id_first);
+	tcase_add_test(tc, test_prefix_match);
 	suite_add_tcase(s, tc);
 	return run_suite(s);
 }

@@ -1771,6 +1771,32 @@ static void op_create_cached(struct world *w, struct rd *r)
 		EXPECT_EQ("kvp_seq_create_cached: *cached_tokens", lc, mc);
 }
 
+/* kvp_prefix_match: the hit a cached create would take, taken by no
+ * one. */
+static void op_prefix_match(struct world *w, struct rd *r)
+{
+	int i = mgr_index(r);
+	struct kvp_hash h[MAX_HASHES];
+	unsigned c;
+	uint32_t nh = chain(r, h, &c), lc = 0xDEAD, mc = 0xDEAD;
+	uint8_t v = u8(r);
+	bool null_h = (v & 3) == 3, null_c = (v & 3) == 2;
+	int rc;
+
+	if (null_h && (v & 4))
+		nh = 0;
+	rc = kvp_prefix_match(w->m[i], null_h ? NULL : h, nh,
+			      null_c ? NULL : &lc);
+	note("kvp_prefix_match(m%d, %s%u hashes of chain %u, %s) = %d"
+	     " (cached %u)",
+	     i, null_h ? "NULL, " : "", nh, c, null_c ? "NULL" : "ptr", rc,
+	     lc);
+	EXPECT_RC("kvp_prefix_match", rc,
+		  model_prefix_match(w->mm[i], h, nh, null_h, null_c, &mc));
+	if (rc == 0)
+		EXPECT_EQ("kvp_prefix_match: *cached_blocks", lc, mc);
+}
+
 static void op_commit(struct world *w, struct rd *r)
 {
 	int i = mgr_index(r);
@@ -2224,7 +2250,7 @@ static const op_fn ops[] = {
 	op_fork,	  op_fault,	   op_create_cached, op_commit,
 	op_create_cached, op_commit,	   op_prefix_reset,
 	op_commit_retained, op_commit_retained, op_tick, op_retention,
-	op_append_ex,	  op_control,
+	op_append_ex,	  op_control,	   op_prefix_match,
 };
 
 /* The op mix of fork-heavy inputs: forks, fork trees and forks of
@@ -2238,7 +2264,7 @@ static const op_fn fork_ops[] = {
 	op_trim,	op_evict,	op_data,      op_data,
 	op_cached_fork, op_cached_fork, op_commit,    op_create_cached,
 	op_query,	op_export,	op_priority,  op_fault,
-	op_append_ex,	op_control,
+	op_append_ex,	op_control,	op_prefix_match,
 };
 
 /*

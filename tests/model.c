@@ -966,6 +966,21 @@ static uint32_t lookup(const struct model_mgr *mm, const struct kvp_hash *h)
 	return UINT32_MAX;
 }
 
+int model_prefix_match(const struct model_mgr *mm,
+		       const struct kvp_hash *hashes, uint32_t nhashes,
+		       bool null_hashes, bool null_out, uint32_t *cached)
+{
+	uint32_t n = 0;
+
+	if (!mm || (null_hashes && nhashes) || null_out ||
+	    !(mm->flags & KVP_PREFIX_CACHE))
+		return -EINVAL;
+	while (n < nhashes && lookup(mm, &hashes[n]) != UINT32_MAX)
+		n++;
+	*cached = n;
+	return 0;
+}
+
 int model_seq_create_cached(struct model_mgr *mm, uint64_t id,
 			    const struct kvp_hash *hashes, uint32_t nhashes,
 			    bool null_hashes, uint32_t tokens,

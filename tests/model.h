@@ -169,6 +169,10 @@ int model_seq_blocks(const struct model_mgr *mm, uint64_t id, bool null_ids,
 /* --- prefix cache --- */
 
 /* *cached_out: tokens served from the cache, on success. */
+/* kvp_prefix_match: the leading hashes cached now. */
+int model_prefix_match(const struct model_mgr *mm,
+		       const struct kvp_hash *hashes, uint32_t nhashes,
+		       bool null_hashes, bool null_out, uint32_t *cached);
 int model_seq_create_cached(struct model_mgr *mm, uint64_t id,
 			    const struct kvp_hash *hashes, uint32_t nhashes,
 			    bool null_hashes, uint32_t tokens,

@@ -630,6 +630,17 @@ class Manager:
         _check(lib.kvp_seq_create(self._m, seq, num_tokens), "create")
         return Sequence(self, seq)
 
+    def prefix_match(self, hashes):
+        """How many of hashes (from hash_blocks), from the first, are
+        cached now: the hit create_cached would take (before its cap on
+        the last token), for sizing a request before admitting it.  Takes
+        nothing and changes no statistic; advice, as another thread may
+        evict or commit the moment after."""
+        c, n = _hashes(hashes)
+        cached = ffi.new("uint32_t *")
+        _check(lib.kvp_prefix_match(self._m, c, n, cached), "prefix_match")
+        return cached[0]
+
     def create_cached(self, seq, hashes, num_tokens):
         """Creates seq reusing the longest cached prefix of hashes (from
         hash_blocks); the handle's cached_tokens says how many tokens

@@ -136,6 +136,8 @@ int kvp_hash_blocks(int algo, const struct kvp_hash *parent,
                     uint32_t ntokens, uint32_t block_tokens,
                     struct kvp_hash *out);
 int kvp_hash_set_xxh3_seed(uint64_t seed);
+int kvp_prefix_match(struct kvp_manager *m, const struct kvp_hash *hashes,
+                     uint32_t nhashes, uint32_t *cached_blocks);
 int kvp_seq_create_cached(struct kvp_manager *m, uint64_t seq,
                           const struct kvp_hash *hashes, uint32_t nhashes,
                           uint32_t num_tokens, uint32_t *cached_tokens);

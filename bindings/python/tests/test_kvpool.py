@@ -376,6 +376,13 @@ class TestPrefix(unittest.TestCase):
         self.assertEqual((ev.type, ev.hashes, ev.parent, ev.block_tokens,
                           ev.num_tokens), ("stored", list(h), None, 4, 16))
         s.free()
+        # The match takes nothing: no statistic moves, and the create
+        # after it gets what it said.
+        self.assertEqual(m.prefix_match(h), 4)
+        self.assertEqual(m.prefix_match(h[2:]), 2)
+        self.assertEqual(m.prefix_match([]), 0)
+        with self.assertRaises(kvpool.InvalidArgument):
+            kvpool.Manager(pool).prefix_match(h)
         s2 = m.create_cached(2, h, 17)
         self.assertEqual(s2.cached_tokens, 16)
         st = m.stats()

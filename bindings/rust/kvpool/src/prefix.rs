@@ -29,6 +29,26 @@ pub struct Retention {
 }
 
 impl Manager {
+    /// How many of hashes, from the first, are cached now: the hit
+    /// [`create_cached`](Manager::create_cached) would take (before its
+    /// cap on the last token), for sizing a request before admitting it.
+    /// Takes nothing and changes no statistic; advice, as another
+    /// thread's eviction or commit may change it the moment after.
+    pub fn prefix_match(&self, hashes: &[BlockHash]) -> Result<u32> {
+        let mut cached = 0u32;
+        // SAFETY: hashes has nhashes entries; cached is a valid out
+        // pointer.
+        check(unsafe {
+            sys::kvp_prefix_match(
+                self.as_ptr(),
+                hashes.as_ptr(),
+                len32(hashes.len())?,
+                &mut cached,
+            )
+        })?;
+        Ok(cached)
+    }
+
     /// Creates seq reusing the longest cached prefix of hashes; returns
     /// the number of tokens served from the cache.
     pub fn create_cached(&self, seq: u64, hashes: &[BlockHash], num_tokens: u32) -> Result<u32> {

@@ -304,6 +304,13 @@ extern "C" {
     ) -> c_int;
     /// Seeds XXH3-128 hashes process-wide.
     pub fn kvp_hash_set_xxh3_seed(seed: u64) -> c_int;
+    /// The number of leading hashes cached now (no reference taken).
+    pub fn kvp_prefix_match(
+        m: *mut kvp_manager,
+        hashes: *const BlockHash,
+        nhashes: u32,
+        cached_blocks: *mut u32,
+    ) -> c_int;
     /// Creates a sequence reusing the longest cached prefix.
     pub fn kvp_seq_create_cached(
         m: *mut kvp_manager,

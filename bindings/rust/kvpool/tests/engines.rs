@@ -365,8 +365,11 @@ fn prefix_hits_and_events() {
     let prompt: Vec<u32> = (0..50).collect();
     let h = hash_blocks(HashAlgo::Sha256, None, &HashKeys::default(), &prompt, 16).unwrap();
     assert_eq!(h.len(), 3);
+    assert_eq!(m.prefix_match(&h).unwrap(), 0);
     assert_eq!(m.create_cached(1, &h, 50).unwrap(), 0);
     assert_eq!(m.commit(1, &h).unwrap(), 3);
+    assert_eq!(m.prefix_match(&h).unwrap(), 3, "every block, taken by none");
+    assert_eq!(m.prefix_match(&h[1..]).unwrap(), 2);
     assert_eq!(
         m.create_cached(2, &h, 50).unwrap(),
         48,
