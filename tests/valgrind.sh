@@ -11,7 +11,7 @@ libtool=${LIBTOOL:-$b/libtool}
 passed=0
 failed=0
 for t in check_pool check_manager check_data check_errors check_hash \
-	check_prefix check_xxh3_seeded \
+	check_prefix check_xxh3_seeded check_control \
 	check_faults fuzz_replay; do
 	[ -x "$b/tests/$t" ] || continue
 	args=
