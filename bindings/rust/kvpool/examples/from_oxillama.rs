@@ -4,19 +4,26 @@
 //! On kvpool the pages are the blocks of a K-only data-owning pool of one
 //! layer, one head and one token per block, so a block is exactly
 //! `page_size` `f32` values.  The free list becomes kvpool's lock-free
-//! stack; `alloc` and `free` keep their signatures.  What changes:
-//! `free` of a page that is already free panics (kvpool reports it as
-//! `AlreadyFree`; the seed pushed the index twice and later handed the
-//! page out twice), and `alloc` reuses the page freed last, as the seed.
+//! stack; `alloc` and `free` keep their signatures.  An allocated page is
+//! an `OwnedBlock` kept in a table indexed by its id: it holds its own
+//! reference on the pool, so the struct keeps both the pool and its pages
+//! with no borrow between them and no unsafe code.  What changes:
+//! - `free` of a page that is already free panics (the seed pushed the
+//!   index twice and later handed the page out twice);
+//! - `page` and `page_mut` of a free page panic (the seed returned
+//!   whatever the page last held);
+//! - `alloc` reuses the page freed last, as the seed did.
 //!
 //! Run: `cargo run --example from_oxillama`; its tests: `cargo test
 //! --example from_oxillama`.
-use kvpool::{DType, Layout, Pool, PoolConfig};
+use kvpool::{DType, Layout, OwnedBlock, Pool, PoolConfig};
 
 /// A pool of KV-cache pages: fixed-size slabs of `f32` data.
 #[derive(Debug)]
 pub struct KvCachePool {
     pool: Pool,
+    /// The allocated pages, by index (block id).
+    pages: Vec<Option<OwnedBlock>>,
     page_size: usize,
 }
 
@@ -33,17 +40,20 @@ impl KvCachePool {
         let cfg = PoolConfig::new(initial_pages as u32, 1)
             .layout(page)
             .k_only(true);
+        let pool = Pool::new(&cfg).expect("KvCachePool::new: kvpool refused the pool");
         Self {
-            pool: Pool::new(&cfg).expect("KvCachePool::new: kvpool refused the pool"),
+            pages: (0..initial_pages).map(|_| None).collect(),
+            pool,
             page_size,
         }
     }
 
     /// A free page's index, or None when the pool is exhausted.
     pub fn alloc(&mut self) -> Option<usize> {
-        let mut id = [0u32];
-        self.pool.alloc_into(&mut id).ok()?;
-        Some(id[0] as usize)
+        let page = self.pool.alloc_owned().ok()?;
+        let idx = page.id() as usize;
+        self.pages[idx] = Some(page);
+        Some(idx)
     }
 
     /// Returns page `page_idx` to the pool.  Its data is not zeroed.
@@ -51,43 +61,47 @@ impl KvCachePool {
     /// # Panics
     /// If `page_idx` is out of range or already free.
     pub fn free(&mut self, page_idx: usize) {
-        if let Err(e) = self.pool.free(&[page_idx as u32]) {
-            panic!("KvCachePool::free({}): {}", page_idx, e);
+        // Dropping the OwnedBlock frees the block.
+        if self.slot(page_idx).take().is_none() {
+            panic!("KvCachePool::free({}): page already free", page_idx);
         }
     }
 
     /// Page `page_idx`'s data.
     ///
     /// # Panics
-    /// If `page_idx >= total_pages()`.
+    /// If `page_idx` is out of range or free.
     pub fn page(&self, page_idx: usize) -> &[f32] {
-        let p = self.page_ptr(page_idx);
-        // SAFETY: the slab of page_size f32 values lives as long as the
-        // pool, which self owns and never shares, so only &mut self
-        // borrows can write it.
-        unsafe { std::slice::from_raw_parts(p, self.page_size) }
+        self.check_range(page_idx);
+        match &self.pages[page_idx] {
+            Some(page) => page.data().expect("a K-only f32 pool"),
+            None => panic!("KvCachePool::page({}): page is free", page_idx),
+        }
     }
 
     /// Page `page_idx`'s data, writable.
     ///
     /// # Panics
-    /// If `page_idx >= total_pages()`.
+    /// If `page_idx` is out of range or free.
     pub fn page_mut(&mut self, page_idx: usize) -> &mut [f32] {
-        let p = self.page_ptr(page_idx);
-        // SAFETY: as page(); &mut self makes this the only borrow.
-        unsafe { std::slice::from_raw_parts_mut(p, self.page_size) }
+        match self.slot(page_idx) {
+            Some(page) => page.data_mut().expect("a page held once"),
+            None => panic!("KvCachePool::page_mut({}): page is free", page_idx),
+        }
     }
 
-    fn page_ptr(&self, page_idx: usize) -> *mut f32 {
+    fn check_range(&self, page_idx: usize) {
         assert!(
             page_idx < self.total_pages(),
             "KvCachePool: page_idx {} out of range (total {})",
             page_idx,
             self.total_pages()
         );
-        // SAFETY: a live pool and an id below its size: a non-NULL
-        // pointer into its arena, aligned for every dtype.
-        unsafe { kvpool::sys::kvp_block_data(self.pool.as_ptr(), page_idx as u32) as *mut f32 }
+    }
+
+    fn slot(&mut self, page_idx: usize) -> &mut Option<OwnedBlock> {
+        self.check_range(page_idx);
+        &mut self.pages[page_idx]
     }
 
     /// Pages in the pool, free or not.
@@ -218,6 +232,15 @@ mod tests {
         let idx = pool.alloc().unwrap();
         pool.free(idx);
         pool.free(idx);
+    }
+
+    #[test]
+    #[should_panic(expected = "page is free")]
+    fn a_free_page_has_no_data() {
+        let mut pool = KvCachePool::new(8, 2);
+        let idx = pool.alloc().unwrap();
+        pool.free(idx);
+        let _ = pool.page(idx);
     }
 
     #[test]

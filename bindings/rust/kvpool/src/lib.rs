@@ -48,7 +48,9 @@ pub use crate::evict::Admit;
 pub use crate::export::Csr;
 pub use crate::hash::{hash_blocks, set_xxh3_seed, BlockHash, HashAlgo, HashKeys};
 pub use crate::manager::{Appended, BlockCopy, Manager, ManagerConfig, Policy, SeqInfo, Stats};
-pub use crate::pool::{thread_flush, Block, DType, Element, Layout, Pool, PoolConfig, PoolStats};
+pub use crate::pool::{
+    thread_flush, Block, DType, Element, Layout, OwnedBlock, Pool, PoolConfig, PoolStats,
+};
 pub use crate::prefix::{Retention, RETAIN_DEFAULT, RETAIN_MAX, RETAIN_PIN};
 
 #[cfg(test)]
@@ -61,5 +63,6 @@ mod tests {
     fn handles_are_send_sync() {
         assert_send_sync::<Pool>();
         assert_send_sync::<Manager>();
+        assert_send_sync::<OwnedBlock>();
     }
 }

@@ -466,31 +466,123 @@ impl<'p> Block<'p> {
     /// The block's data as elements of the pool's dtype (T of its size;
     /// InvalidArgument for an ID-only pool or another element size).
     pub fn data<T: Element>(&self) -> Result<&[T]> {
-        let n = self.pool.elems::<T>()?;
-        // SAFETY: the block is held (its data is not reused while this
-        // Block lives) and the pool outlives 'p; the arena is aligned
-        // for every dtype; writers need &mut of the only holder.
-        Ok(unsafe {
-            std::slice::from_raw_parts(
-                sys::kvp_block_data(self.pool.as_ptr(), self.id) as *const T,
-                n,
-            )
-        })
+        // SAFETY: this Block holds a reference on the block.
+        unsafe { self.pool.held_data(self.id) }
     }
 
     /// The block's data, writable: Busy while the block is shared.
     pub fn data_mut<T: Element>(&mut self) -> Result<&mut [T]> {
-        let n = self.pool.elems::<T>()?;
-        if self.pool.refcount(self.id)? != 1 {
+        // SAFETY: held, and &mut self makes this the handle's only
+        // borrow.
+        unsafe { self.pool.held_data_mut(self.id) }
+    }
+}
+
+impl Pool {
+    /// The data of block id as T.
+    ///
+    /// # Safety
+    /// The caller holds a reference on id for as long as the slice
+    /// lives (its data is not reused meanwhile); the pool outlives it,
+    /// and the arena is aligned for every dtype.
+    unsafe fn held_data<T: Element>(&self, id: u32) -> Result<&[T]> {
+        let n = self.elems::<T>()?;
+        Ok(std::slice::from_raw_parts(
+            sys::kvp_block_data(self.as_ptr(), id) as *const T,
+            n,
+        ))
+    }
+
+    /// The data of block id, writable: Busy while another holder shares
+    /// it.
+    ///
+    /// # Safety
+    /// As [`held_data`](Pool::held_data), and the caller's handle is
+    /// borrowed mutably for as long as the slice lives, so that the only
+    /// holder has the only view.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn held_data_mut<T: Element>(&self, id: u32) -> Result<&mut [T]> {
+        let n = self.elems::<T>()?;
+        if self.refcount(id)? != 1 {
             return Err(Error::from_errno(EBUSY));
         }
-        // SAFETY: as data(), and this Block is the block's only holder.
-        Ok(unsafe {
-            std::slice::from_raw_parts_mut(
-                sys::kvp_block_data(self.pool.as_ptr(), self.id) as *mut T,
-                n,
-            )
+        Ok(std::slice::from_raw_parts_mut(
+            sys::kvp_block_data(self.as_ptr(), id) as *mut T,
+            n,
+        ))
+    }
+
+    /// Allocates one block as an [`OwnedBlock`]: a [`Block`] that holds
+    /// its own reference on the pool instead of borrowing it, so that a
+    /// struct can keep both the pool and its blocks (a page table indexed
+    /// by block id, say).
+    pub fn alloc_owned(&self) -> Result<OwnedBlock> {
+        let mut id = [0u32];
+        self.alloc_into(&mut id)?;
+        Ok(OwnedBlock {
+            pool: self.clone(),
+            id: id[0],
         })
+    }
+}
+
+/// One held reference on a block, as [`Block`], that also holds a
+/// reference on its pool ([`Pool::alloc_owned`]): no lifetime ties it to
+/// a borrow of the pool.  Its data is borrowed through it, `data_mut()`
+/// only while nobody else holds the block.  The block's reference, then
+/// the pool's, are dropped with it.
+pub struct OwnedBlock {
+    pool: Pool,
+    id: u32,
+}
+
+impl fmt::Debug for OwnedBlock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OwnedBlock")
+            .field("id", &self.id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl OwnedBlock {
+    /// The block's id.
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+
+    /// The pool the block belongs to.
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    /// Another reference on the same block (kvp_block_ref).
+    pub fn share(&self) -> Result<OwnedBlock> {
+        self.pool.block_ref(self.id)?;
+        Ok(OwnedBlock {
+            pool: self.pool.clone(),
+            id: self.id,
+        })
+    }
+
+    /// The block's data, as [`Block::data`].
+    pub fn data<T: Element>(&self) -> Result<&[T]> {
+        // SAFETY: this OwnedBlock holds a reference on the block and on
+        // the pool.
+        unsafe { self.pool.held_data(self.id) }
+    }
+
+    /// The block's data, writable, as [`Block::data_mut`].
+    pub fn data_mut<T: Element>(&mut self) -> Result<&mut [T]> {
+        // SAFETY: held, and &mut self makes this the handle's only
+        // borrow.
+        unsafe { self.pool.held_data_mut(self.id) }
+    }
+}
+
+impl Drop for OwnedBlock {
+    fn drop(&mut self) {
+        // A held reference: the free cannot fail.
+        let _ = self.pool.free(&[self.id]);
     }
 }
 

@@ -4,7 +4,8 @@
 //! appends that say what they did, buffers reused, and no-space errors
 //! that say how much was requested and available.
 use kvpool::{
-    Admit, BlockCopy, DType, ErrorKind, Layout, Manager, ManagerConfig, Policy, Pool, PoolConfig,
+    Admit, BlockCopy, DType, ErrorKind, Layout, Manager, ManagerConfig, OwnedBlock, Policy, Pool,
+    PoolConfig,
 };
 
 fn id_pool(blocks: u32, block_tokens: u32) -> Pool {
@@ -19,6 +20,52 @@ const LAYOUT: Layout = Layout {
 };
 
 // -- pools ------------------------------------------------------------------
+
+/// A struct that keeps both its pool and its blocks, indexed by id: the
+/// shape of oxillama's page pool, with no borrow of the pool and no
+/// unsafe code.
+#[test]
+fn owned_blocks_live_beside_their_pool() {
+    struct Pages {
+        pool: Pool,
+        pages: Vec<Option<OwnedBlock>>,
+    }
+    let pool = Pool::new(&PoolConfig::new(4, 4).layout(LAYOUT).nocache(true)).unwrap();
+    let mut p = Pages {
+        pages: (0..4).map(|_| None).collect(),
+        pool,
+    };
+    let b = p.pool.alloc_owned().unwrap();
+    let id = b.id() as usize;
+    p.pages[id] = Some(b);
+    p.pages[id].as_mut().unwrap().data_mut::<f32>().unwrap()[5] = 2.5;
+    assert_eq!(p.pages[id].as_ref().unwrap().data::<f32>().unwrap()[5], 2.5);
+    assert_eq!(p.pool.stats().used, 1);
+    // Shared, it cannot be written; dropped, its block goes back.
+    let twin = p.pages[id].as_ref().unwrap().share().unwrap();
+    assert_eq!(p.pool.refcount(id as u32).unwrap(), 2);
+    assert_eq!(
+        p.pages[id]
+            .as_mut()
+            .unwrap()
+            .data_mut::<f32>()
+            .unwrap_err()
+            .kind(),
+        ErrorKind::Busy
+    );
+    drop(twin);
+    p.pages[id] = None;
+    assert_eq!(p.pool.stats().used, 0);
+    // It keeps its pool alive: the pool handle may go first.
+    let b = p.pool.alloc_owned().unwrap();
+    drop(p);
+    assert_eq!(b.pool().stats().used, 1);
+    assert_eq!(
+        b.data::<u16>().unwrap_err().kind(),
+        ErrorKind::InvalidArgument
+    );
+    drop(b);
+}
 
 #[test]
 fn empty_pool() {
