@@ -10,8 +10,10 @@
 //! - a request carries its prompt's token ids (the seed hashed its id and
 //!   length in their place; `Request::new` makes tokens from the id, so
 //!   two requests of one id share a prompt, as the seed assumed);
-//! - the prefix lookup creates the request's sequence, so
-//!   `check_prefix_cache` takes `&mut Request` and fills its blocks;
+//! - `check_prefix_cache` asks `Manager::prefix_match`, which takes
+//!   nothing, as the seed's lookup did; `allocate_blocks` then creates the
+//!   sequence with `create_cached`, so the hits it counted are the blocks
+//!   it reuses (unless an eviction came between: the count is advice);
 //! - a hit never covers the prompt's last token: a 16-token prompt in
 //!   16-token blocks reuses nothing, a 17-token one reuses 16 tokens;
 //! - `free_blocks` takes the request (kvpool keeps its block table).
@@ -122,7 +124,8 @@ impl KVCacheManager {
 
     /// Grows `request`'s sequence to `num_computed_tokens + num_tokens`
     /// tokens; returns the blocks that added (all or none), or None if
-    /// too few are free.
+    /// too few are free.  A new sequence reuses the cached blocks of its
+    /// prompt (the hits `check_prefix_cache` counted).
     pub fn allocate_blocks(&mut self, request: &Request, num_tokens: u32) -> Option<Vec<BlockId>> {
         let total = request.num_computed_tokens + num_tokens;
         let old = match self.kv.info(request.seq) {
@@ -133,7 +136,12 @@ impl KVCacheManager {
                 i.num_blocks as usize
             }
             Err(e) if e.kind() == ErrorKind::NotFound => {
-                self.kv.create(request.seq, total).ok()?;
+                if self.enable_prefix_caching {
+                    let hashes = self.hash_prompt(&request.prompt);
+                    self.kv.create_cached(request.seq, &hashes, total).ok()?;
+                } else {
+                    self.kv.create(request.seq, total).ok()?;
+                }
                 0
             }
             Err(e) => panic!("allocate_blocks: {}", e),
@@ -159,35 +167,30 @@ impl KVCacheManager {
         self.kv.pool().stats().utilisation()
     }
 
-    /// The prompt's tokens served from the prefix cache.  For a request
-    /// with no blocks yet, creates its sequence from the cache (hits
-    /// reused, the rest allocated) and fills `kv_blocks`; for one whose
-    /// blocks are computed, registers them for later requests (a miss).
-    pub fn check_prefix_cache(&mut self, request: &mut Request) -> u32 {
+    /// The prompt's tokens the prefix cache holds now (what
+    /// `allocate_blocks` will reuse), taking nothing.  On a miss, a
+    /// request that has blocks registers its prompt's full blocks for
+    /// later requests, as the seed did.
+    pub fn check_prefix_cache(&mut self, request: &Request) -> u32 {
         if !self.enable_prefix_caching {
             return 0;
         }
         let hashes = self.hash_prompt(&request.prompt);
-        let cached = if request.kv_blocks.is_empty() {
-            match self
-                .kv
-                .create_cached(request.seq, &hashes, request.num_prompt_tokens)
-            {
-                Ok(n) => n,
-                Err(_) => return 0, // no room: admission will retry
-            }
-        } else {
-            0
-        };
+        let matched = self.kv.prefix_match(&hashes).expect("prefix_match");
+        // The last token is always computed (its logits are needed).
+        let cached = matched.min(request.num_prompt_tokens.saturating_sub(1) / self.block_size)
+            * self.block_size;
         if cached > 0 {
             self.num_prefix_cache_hits += 1;
         } else {
             self.num_prefix_cache_misses += 1;
-            // Cache the prompt for future requests.
-            self.kv.commit(request.seq, &hashes).expect("commit");
-        }
-        if self.kv.blocks_into(request.seq, &mut self.table).is_ok() {
-            request.kv_blocks.clone_from(&self.table);
+            // Cache the prompt for future requests (a request with no
+            // sequence yet has nothing to register).
+            match self.kv.commit(request.seq, &hashes) {
+                Ok(_) => {}
+                Err(e) if e.kind() == ErrorKind::NotFound => {}
+                Err(e) => panic!("check_prefix_cache: commit: {}", e),
+            }
         }
         cached
     }
@@ -208,13 +211,12 @@ impl KVCacheManager {
 fn main() {
     let mut m = KVCacheManager::new(16 * 100 * 64, 16, 100, true);
     let system: Vec<u32> = (0..48).collect();
-    let mut first = Request::with_prompt("a".into(), 0.0, system.clone(), 32);
-    let mut second = Request::with_prompt("b".into(), 0.1, system, 32);
-    println!("first: {} tokens cached", m.check_prefix_cache(&mut first));
-    println!(
-        "second: {} tokens cached",
-        m.check_prefix_cache(&mut second)
-    );
+    let first = Request::with_prompt("a".into(), 0.0, system.clone(), 32);
+    let second = Request::with_prompt("b".into(), 0.1, system, 32);
+    m.allocate_blocks(&first, 48).expect("room");
+    println!("first: {} tokens cached", m.check_prefix_cache(&first));
+    println!("second: {} tokens cached", m.check_prefix_cache(&second));
+    m.allocate_blocks(&second, 48).expect("room");
     println!(
         "hits {}, misses {}, {} of {} blocks free, utilization {:.3}",
         m.num_prefix_cache_hits,
@@ -309,58 +311,67 @@ mod tests {
         request1.kv_blocks.extend(&blocks1);
 
         // First check: a miss, which caches the prompt's full blocks.
-        assert_eq!(manager.check_prefix_cache(&mut request1), 0);
+        assert_eq!(manager.check_prefix_cache(&request1), 0);
         assert_eq!(manager.num_prefix_cache_misses, 1);
 
-        // Same prompt: a hit on both full blocks, which are request1's.
-        let mut request2 = create_test_request("req-1", 33);
-        assert_eq!(manager.check_prefix_cache(&mut request2), 32);
-        assert_eq!(manager.num_prefix_cache_hits, 1);
-        assert_eq!(request2.kv_blocks[..2], blocks1[..2]);
-        assert_ne!(request2.kv_blocks[2], blocks1[2]);
+        // Same prompt: a hit on both full blocks, which takes nothing...
+        let request2 = create_test_request("req-1", 33);
+        let free = manager.num_free_blocks();
+        assert_eq!(manager.check_prefix_cache(&request2), 32);
+        assert_eq!(manager.check_prefix_cache(&request2), 32);
+        assert_eq!(manager.num_prefix_cache_hits, 2);
+        assert_eq!(manager.num_free_blocks(), free);
+        // ...until the allocation reuses request1's blocks.
+        let blocks2 = manager.allocate_blocks(&request2, 33).unwrap();
+        assert_eq!(blocks2[..2], blocks1[..2]);
+        assert_ne!(blocks2[2], blocks1[2]);
+        assert_eq!(manager.num_free_blocks(), free - 1);
 
         // Another prompt misses.
-        let mut other = create_test_request("req-2", 33);
-        assert_eq!(manager.check_prefix_cache(&mut other), 0);
+        let other = create_test_request("req-2", 33);
+        assert_eq!(manager.check_prefix_cache(&other), 0);
         assert_eq!(manager.num_prefix_cache_misses, 2);
     }
 
     #[test]
     fn last_token_is_always_computed() {
         let mut manager = KVCacheManager::new(16000, 16, 100, true);
-        let mut a = create_test_request("req-1", 16);
-        manager.check_prefix_cache(&mut a);
-        let mut b = create_test_request("req-1", 16);
-        assert_eq!(manager.check_prefix_cache(&mut b), 0);
-        let mut c = create_test_request("req-1", 17);
-        assert_eq!(manager.check_prefix_cache(&mut c), 16);
+        let a = create_test_request("req-1", 16);
+        manager.allocate_blocks(&a, 16).unwrap();
+        manager.check_prefix_cache(&a);
+        let b = create_test_request("req-1", 16);
+        assert_eq!(manager.check_prefix_cache(&b), 0);
+        let c = create_test_request("req-1", 17);
+        assert_eq!(manager.check_prefix_cache(&c), 16);
     }
 
     /// Freed blocks stay cached until the pool needs them.
     #[test]
     fn cached_blocks_outlive_their_request() {
         let mut manager = KVCacheManager::new(16 * 100 * 4, 16, 100, true);
-        let mut a = create_test_request("sys", 40);
-        assert_eq!(manager.check_prefix_cache(&mut a), 0);
+        let a = create_test_request("sys", 40);
+        manager.allocate_blocks(&a, 40).unwrap();
+        assert_eq!(manager.check_prefix_cache(&a), 0);
         manager.free_blocks(&a);
         assert_eq!(manager.num_free_blocks(), 4, "cached blocks count as free");
-        let mut b = create_test_request("sys", 40);
-        assert_eq!(manager.check_prefix_cache(&mut b), 32);
+        let b = create_test_request("sys", 40);
+        assert_eq!(manager.check_prefix_cache(&b), 32);
+        manager.allocate_blocks(&b, 40).unwrap();
         manager.free_blocks(&b);
         // Four blocks for another request: the cached ones are reclaimed.
         let big = create_test_request("big", 64);
         assert_eq!(manager.allocate_blocks(&big, 64).unwrap().len(), 4);
         manager.free_blocks(&big);
-        let mut c = create_test_request("sys", 40);
-        assert_eq!(manager.check_prefix_cache(&mut c), 0, "evicted: a miss");
+        let c = create_test_request("sys", 40);
+        assert_eq!(manager.check_prefix_cache(&c), 0, "evicted: a miss");
     }
 
     #[test]
     fn disabled_prefix_caching() {
         let mut manager = KVCacheManager::new(16000, 16, 100, false);
-        let mut r = create_test_request("req-1", 33);
+        let r = create_test_request("req-1", 33);
         manager.allocate_blocks(&r, 33).unwrap();
-        assert_eq!(manager.check_prefix_cache(&mut r), 0);
+        assert_eq!(manager.check_prefix_cache(&r), 0);
         assert_eq!(
             (
                 manager.num_prefix_cache_hits,
@@ -369,5 +380,6 @@ mod tests {
             (0, 0)
         );
         assert!(r.kv_blocks.is_empty());
+        assert_eq!(manager.kv.stats().prefix_queries, 0);
     }
 }
