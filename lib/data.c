@@ -15,17 +15,12 @@
 
 enum { KV_K = 0, KV_V = 1 };
 
-static bool k_only(const struct kvp_pool *pool)
-{
-	return pool->flags & KVP_POOL_K_ONLY;
-}
-
 /* Address of the row of token `tok` (within its block) of one layer. */
 static unsigned char *row_at(const struct kvp_pool *pool, uint32_t block,
 			     uint32_t layer, int kv, uint32_t tok)
 {
-	size_t planes = k_only(pool) ? 1 : 2;
-	size_t at = ((size_t)layer * planes + (size_t)kv) * pool->block_tokens +
+	size_t at = ((size_t)layer * pool_planes(pool) + (size_t)kv) *
+			    pool->block_tokens +
 		    tok;
 
 	return pool->data + (size_t)block * pool->block_bytes +
@@ -35,7 +30,8 @@ static unsigned char *row_at(const struct kvp_pool *pool, uint32_t block,
 static int check_data_args(struct kvp_manager *m, uint32_t layer,
 			   const void *k, const void *v)
 {
-	if (!m || !k || !m->pool->data || !v != k_only(m->pool))
+	/* V exactly when the pool keeps it. */
+	if (!m || !k || !m->pool->data || !v != (pool_planes(m->pool) == 1))
 		return -EINVAL;
 	if (layer >= m->pool->layout.num_layers)
 		return -EINVAL;

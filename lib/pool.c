@@ -125,6 +125,22 @@ static uint32_t auto_cache_blocks(uint32_t num_blocks, uint32_t max)
 	return (uint32_t)cap;
 }
 
+/* The per-thread cache capacity in effect (kvp_pool_config.cache_blocks
+ * says the rules): even, and 0 for no cache. */
+static uint32_t cache_capacity(const struct kvp_pool_config *cfg,
+			       const struct conf *conf)
+{
+	uint32_t cap = cfg->cache_blocks
+			       ? cfg->cache_blocks
+			       : auto_cache_blocks(cfg->num_blocks,
+						   conf_val(conf, AUTO_CACHE_MAX));
+
+	cap &= ~1u; /* flushes and refills move halves */
+	if (cap < 2 || (cfg->flags & KVP_POOL_NOCACHE))
+		cap = 0;
+	return cap;
+}
+
 static int validate_config(const struct kvp_pool_config *cfg)
 {
 	if (cfg->num_blocks > KVP_MAX_BLOCKS)
@@ -210,18 +226,12 @@ KVP_API int kvp_pool_create(const struct kvp_pool_config *cfg,
 		return err;
 	if (cfg->layout) {
 		err = layout_bytes(cfg->layout, cfg->block_tokens,
-				   (cfg->flags & KVP_POOL_K_ONLY) ? 1 : 2,
-				   &row_bytes, &block_bytes);
+				   pool_flags_planes(cfg->flags), &row_bytes,
+				   &block_bytes);
 		if (err)
 			return err;
 	}
-	cap = cfg->cache_blocks
-		      ? cfg->cache_blocks
-		      : auto_cache_blocks(cfg->num_blocks,
-					  conf_val(conf, AUTO_CACHE_MAX));
-	cap &= ~1u; /* flushes and refills move halves */
-	if (cap < 2 || (cfg->flags & KVP_POOL_NOCACHE))
-		cap = 0;
+	cap = cache_capacity(cfg, conf);
 
 	pool = kvp_malloc_aligned(KVP_CACHELINE, sizeof(*pool));
 	if (!pool)

@@ -131,6 +131,17 @@ static inline uint32_t pool_block_word(const struct kvp_pool *pool,
 	return atomic_load_explicit(&pool->state[id], memory_order_relaxed);
 }
 
+/* Data planes per layer of a block: 2 (K and V), 1 with KVP_POOL_K_ONLY. */
+static inline size_t pool_flags_planes(uint32_t flags)
+{
+	return (flags & KVP_POOL_K_ONLY) ? 1 : 2;
+}
+
+static inline size_t pool_planes(const struct kvp_pool *pool)
+{
+	return pool_flags_planes(pool->flags);
+}
+
 static inline bool pool_block_cached(const struct kvp_pool *pool, uint32_t id)
 {
 	return bstate_is_cached(pool_block_word(pool, id));

@@ -306,10 +306,9 @@ static void copy_block_data(struct kvp_pool *pool, uint32_t src, uint32_t dst,
 
 	if (!from || !to)
 		return;
-	size_t planes = (pool->flags & KVP_POOL_K_ONLY) ? 1 : 2;
-
 	/* [layer][K,V] (or [layer]) runs of block_tokens rows each. */
-	for (size_t run = 0; run < planes * pool->layout.num_layers; run++)
+	for (size_t run = 0; run < pool_planes(pool) * pool->layout.num_layers;
+	     run++)
 		memcpy(to + run * stride, from + run * stride,
 		       (size_t)tokens * pool->row_bytes);
 }
