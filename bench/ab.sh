@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: MIT
 # bench/ab.sh - A/B throughput of two revisions, both builds interleaved in
 # one run: the "no regression beyond P%" check.
 #

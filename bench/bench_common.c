@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * bench_common.c - measurement scaffolding shared by the benchmarks; see
  * bench_common.h.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * bench_common.h - measurement scaffolding shared by the benchmarks
  * (bench_pool, bench_seq, bench_prefix, bench_evict): errors, options, the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * bench_evict.c - the evicting allocation: a pool full of idle cached
  * blocks, where every allocation evicts (the steady state of a serving

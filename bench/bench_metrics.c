@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * bench_metrics.c - what a Prometheus scrape of kvpool costs.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * bench_pool.c - block-id allocator benchmark: kvpool against its peers.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * bench_prefix.c - prefix cache benchmark: a cached prompt against hashing
  * it.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * bench_seq.c - sequence manager benchmark: kvpool against a mutex manager.
  *

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # The cost of publishing KV events: `kvpool sim` on a trace with and
 # without --publish (sha256_cbor hashes both times, so only publishing
 # differs), a subscriber attached to the publishing runs (it receives

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * peer_mutex.c - the mutex-wrapped peers; see peer_mutex.h.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * peer_mutex.h - the mutex-wrapped designs kvpool replaces, kept as peers
  * for the benchmarks (bench_pool, bench_seq, `kvpool bench`) and the

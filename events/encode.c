@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * encode.c - libkvpool-events: kvp_event -> vLLM's msgpack KVEventBatch
  * (see kvpool-events.h for the format and the versions it matches).

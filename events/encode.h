@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * encode.h - libkvpool-events' msgpack encoder (encode.c), shared by the
  * publisher thread (publisher.c) and kvp_pub_encode.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * publisher.c - libkvpool-events: per-thread event buffers, the publisher
  * thread and its PUB socket (the replay service: replay.c).

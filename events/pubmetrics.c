@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * pubmetrics.c - libkvpool-events: a publisher's counters as OpenMetrics
  * or Prometheus text (kvp_pub_metrics_write), through the text writer of

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * replay.c - libkvpool-events' replay service: the ring of recent batches
  * and the ROUTER socket that answers vLLM's replay requests from it, as a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * replay.h - libkvpool-events' replay service (replay.c): the ring of
  * recent batches (bounded in batches and in bytes) and the ROUTER socket

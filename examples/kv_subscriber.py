@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """A KV-event subscriber, as a KV-aware router would run one against a
 kvpool node (or a vLLM one): it subscribes to the PUB endpoint, asks the
 replay endpoint for everything from seq 0, decodes vLLM's KVEventBatch

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * minimal.c - the smallest complete use of kvpool: a pool, a manager, a
  * request that is admitted, forked for parallel sampling, decoded, exported

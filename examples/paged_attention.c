@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * paged_attention.c - one decode step of multi-head attention computed
  * straight from kvpool's paged KV cache, the way a paged-attention kernel

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * prefix_cache.c - prefix caching as a scheduler uses it: two requests of
  * one tenant share a system prompt, a third tenant's salt keeps it apart,

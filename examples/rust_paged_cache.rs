@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 //! A paged KV cache for a decode loop, over kvpool's Rust binding.
 //!
 //! One prompt is prefilled (its K and V rows written into the pool's

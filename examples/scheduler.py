@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """A toy continuous-batching scheduler over kvpool, with prefix reuse.
 
 Requests share a few system prompts.  Each step the scheduler admits

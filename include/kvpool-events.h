@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kvpool-events.h - libkvpool-events: publishes a kvpool manager's prefix
  * cache events in vLLM's KV event wire format, so that KV-aware routers

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kvpool.h - paged KV-cache block management for LLM inference engines.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * alloc.c - host memory for the library's own structures.
  * Floor 2 of lib/ (doc/architecture.md, "Layers").

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * alloc.h - the library's host-memory allocator.
  * Floor 2 of lib/ (doc/architecture.md, "Layers").

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * bstate.h - the block state word and its named transitions (layer 1:
  * included by pool.h, which owns the words; the layers above reach them

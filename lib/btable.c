@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * btable.c - a sequence's block table in shared chunks (layer 5,
  * doc/architecture.md "Layers": over pool.c and alloc.c; called by the

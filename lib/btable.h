@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * btable.h - a sequence's block table: the ids of its blocks, in order,
  * shared between forks in reference-counted chunks (layer 5,

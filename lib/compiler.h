@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * compiler.h - small compiler helpers shared by the library's files.
  * Floor 1 of lib/ (doc/architecture.md, "Layers").

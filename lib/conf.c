@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * conf.c - runtime tuning: the keys, their defaults and ranges, the
  * parser of `key:value,key:value` strings, and the once-only read of

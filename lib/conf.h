@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * conf.h - runtime tuning (KVP_CONF), in jemalloc's MALLOC_CONF style.
  * Floor 1 of lib/ (doc/architecture.md, "Layers"): calls nothing but

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * data.c - token-level access to the KV data of data-owning pools.
  * Floor 11 of lib/ (doc/architecture.md, "Layers").

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * error.c - kvp_strerror, and the per-thread record of the last -ENOSPC
  * that kvp_last_error reads (error.h).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * error.h - the per-thread record of the last -ENOSPC (kvp_last_error),
  * owned by error.c (floor 1, doc/architecture.md "Layers").  The files

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * export.c - block tables in the formats attention kernels take.
  * Floor 11 of lib/ (doc/architecture.md, "Layers").

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * hash.c - chained block hashes for prefix caching.
  * Floor 2 of lib/ (doc/architecture.md, "Layers").

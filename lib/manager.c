@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * manager.c - managers: kvp_manager_create and _destroy, statistics
  * (kvp_manager_stats, kvp_stats_add), dump

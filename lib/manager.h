@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * manager.h - struct kvp_manager, owned by manager.c (layer 10,
  * doc/architecture.md "Layers"): its configuration, read-only after

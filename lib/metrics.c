@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * metrics.c - a pool's and its managers' metrics as OpenMetrics or
  * Prometheus text (layer 7, doc/architecture.md "Layers": over pool.c,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * mgrstat.c - the statistics shards of managers (layer 3,
  * doc/architecture.md "Layers": over compiler.h; counted by the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * mgrstat.h - a manager's statistics counters, sharded per thread (layer
  * 3, doc/architecture.md "Layers": mgrstat.c, over compiler.h).

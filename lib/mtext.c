@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * mtext.c - an OpenMetrics / Prometheus text writer (layer 1,
  * doc/architecture.md "Layers"): see mtext.h.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * mtext.h - an OpenMetrics / Prometheus text writer (layer 1,
  * doc/architecture.md "Layers": over libc only).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * pool.c - the block pool: creation, per-block state words, alloc and free.
  * Floor 4 of lib/ (doc/architecture.md, "Layers").

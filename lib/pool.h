@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * pool.h - the block pool's structure and its reclaimer hook (layer 4,
  * doc/architecture.md "Layers": pool.c, over tcache.c and stack.h).  The

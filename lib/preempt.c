@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * preempt.c - admission and preemption: kvp_admit, and kvp_evict and
  * kvp_evict_until, which preempt whole sequences (free them, chosen by

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * prefix.c - the prefix cache: each manager's table hash -> block, and the
  * pool's list of evictable cached blocks.

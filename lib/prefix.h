@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * prefix.h - the prefix cache (layer 5, doc/architecture.md "Layers"): the
  * managers' hash -> block maps (used by seqprefix.c), and the pool's

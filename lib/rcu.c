@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * rcu.c - automatic RCU registration of the library's caller threads.
  * Floor 2 of lib/ (doc/architecture.md, "Layers").

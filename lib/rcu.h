@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * rcu.h - liburcu (memb flavour) glue: automatic thread registration and
  * the ThreadSanitizer hand-offs liburcu's asm atomics hide.

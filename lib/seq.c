@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * seq.c - the operations on sequences: create, append (copy-on-write),
  * fork, free, truncate, StreamingLLM trim, priority, info, blocks (layer

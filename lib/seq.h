@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * seq.h - what seq.c (layer 8, doc/architecture.md "Layers") offers the
  * files above it: the prefix glue (seqprefix.c), preemption (preempt.c)

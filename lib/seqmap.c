@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * seqmap.c - seq_id -> sequence: a lock-free open-addressing table
  * (linear probing) read under RCU, rebuilt by one thread at a time.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * seqmap.h - the map seq_id -> sequence: the library's own lock-free
  * open-addressing table (linear probing), RCU-protected.

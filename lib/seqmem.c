@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * seqmem.c - the memory of sequence structs: slabs, the free list, the
  * retire list and its batches through RCU, and the reclaims that give

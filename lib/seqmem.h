@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * seqmem.h - the memory of sequence structs: their layout, slabs, the
  * free and retire lists, recycling through RCU, and the reclaims that

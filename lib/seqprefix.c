@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * seqprefix.c - the prefix cache as sequences use it: kvp_seq_create_cached
  * (hits), kvp_prefix_match (a hit's length, taken by no one),

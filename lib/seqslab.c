@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * seqslab.c - sequence structs per thread: stashes, the lookup cache,
  * taking, releasing and finding structs, and the registry of managers

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * seqslab.h - sequence structs per thread and per manager: each thread's
  * stashes and lookup cache, taking, releasing and finding structs, and

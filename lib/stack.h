@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * stack.h - the pool's global free stack: an index-based Treiber stack.
  * Floor 2 of lib/ (doc/architecture.md, "Layers").

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * tcache.c - per-thread block caches: registry, thread exit, drains.
  * Floor 3 of lib/ (doc/architecture.md, "Layers").

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * tcache.h - per-thread block caches (magazines) in front of the global stack.
  * Floor 3 of lib/ (doc/architecture.md, "Layers").

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * tsan.h - ThreadSanitizer annotations, compiled to nothing without TSan.
  * Floor 1 of lib/ (doc/architecture.md, "Layers").

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * events_set.h - what an event subscriber of the stress programs
  * (stress_events, stress_replay) keeps: the set of 32-byte hashes the

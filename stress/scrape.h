@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * scrape.h - a metrics scraper for the stress programs (stress_prefix
  * --scrape 1): a thread renders kvp_metrics_format over the pool and its

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * soak.c - `make soak`: the conversation trace replayed in a loop under
  * churn of threads and managers, watching the process's resident memory.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * stress_churn.c - validates thread exit: many short-lived threads.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * stress_common.h - helpers shared by the stress programs (stress_pool,
  * stress_seq).

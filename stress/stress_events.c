@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * stress_events.c - concurrent event producers through libkvpool-events.
  *

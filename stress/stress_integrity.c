@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * stress_integrity.c - the KV bytes under concurrency: a data-owning pool,
  * several threads, two managers.

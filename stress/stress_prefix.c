@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * stress_prefix.c - validates the prefix cache under threads.
  *

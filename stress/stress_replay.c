@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * stress_replay.c - the events publisher's replay socket under hostile
  * clients, beside an honest one.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * stress_seq.c - validates sequences and managers under threads.
  *

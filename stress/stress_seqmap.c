@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * stress_seqmap.c - the sequence map (lib/seqmap.c) alone: concurrent
  * insert, remove, lookup and iteration, every result checked afterwards

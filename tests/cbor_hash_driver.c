@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * cbor_hash_driver.c - reads hashing requests on stdin and prints
  * kvpool's answers, for tests/test_cbor_hash.py to compare with an

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * check_aba.c - the hit's ABA window, forced.  A hit loads a table slot,
  * checks the block's record and then takes its reference with a CAS on

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * check_chunks.c - block tables shared in chunks (lib/btable.h): a fork
  * of an n-block sequence takes ceil((n - 1) / BT_K) + 1 atomic operations

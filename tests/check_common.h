@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * check_common.h - helpers shared by the Check unit tests (check_pool,
  * check_manager, check_data, check_errors).  Helpers named *_ok and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * check_conf.c - the KVP_CONF parser (lib/conf.c, compiled in): the
  * grammar, blanks, empty and duplicate pairs, every key's range, which

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * check_control.c - what a scheduler ported from another block manager
  * controls and reads: -ENOSPC details (kvp_last_error), empty pools,

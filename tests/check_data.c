@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * check_data.c - Check unit tests for the KV data of data-owning pools
  * (kvp_pool_row_bytes, kvp_block_bytes, kvp_block_data, kvp_seq_write,

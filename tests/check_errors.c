@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * check_errors.c - Check unit tests for the error cases of kvpool.h that
  * check_pool, check_manager, check_data and check_hash do not assert: the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * check_events.c - the event fields kvp_seq_commit_ex and
  * kvp_manager_set_event_medium add, their numbering and order, argument

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * check_faults.c - walks an allocation failure over every host allocation
  * of scripted scenarios.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * check_hash.c - kvp_hash_blocks: arguments, chaining, keys, tagging.
  * tests/test_hash.py checks the encoding itself against Python's hashlib.

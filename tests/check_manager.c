@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * check_manager.c - Check unit tests for the kvpool sequence manager
  * (kvp_manager_*, kvp_seq_*, kvp_admit, kvp_evict*, kvp_export_*).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * check_metrics.c - kvp_metrics_write / kvp_metrics_format: argument
  * checks that change nothing, the buffer protocol (-ENOSPC with the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * check_noalloc.c - appends to a reserved sequence allocate no host
  * memory: 1,024 one-token appends (one block each, so the block table

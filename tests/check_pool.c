@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * check_pool.c - Check unit tests for the kvpool block pool (kvp_pool_*,
  * kvp_block_*, kvp_thread_flush, kvp_strerror).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * check_prefix.c - Check unit tests for the prefix cache
  * (kvp_seq_create_cached, kvp_seq_commit, kvp_prefix_reset,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * check_retention.c - unit tests of cached-block retention (kvpool.h,
  * kvp_seq_commit_retained; doc/architecture.md, "Idle rings"): lower

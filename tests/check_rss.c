@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * check_rss.c - memory comes back: after a burst of sequences is freed,
  * kvp_thread_flush() and the grace periods that follow it, the process's

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * check_xxh3_seeded.c - regression test: seeded XXH3 block hashes do not
  * depend on what the stack held.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * conf_app.c - an application that sets its own KVP_CONF string, as
  * jemalloc's malloc_conf is set: by defining the library's weak global

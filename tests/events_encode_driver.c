@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * events_encode_driver.c - encodes event batches described on stdin with
  * kvp_pub_encode and prints each payload in hex, for

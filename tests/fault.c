@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * fault.c - see fault.h.  The hooks kvp_fault_hit() and kvp_fault_track()
  * are called by lib/alloc.c, lib/pool.c and lib/seqmap.c in

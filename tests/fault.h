@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * fault.h - allocation-failure injection for test programs that compile
  * the library's sources with -DKVP_FAULT_INJECTION (tests/check_faults,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * fuzz_api.c - differential fuzzing of kvpool's public API against the
  * reference model (tests/model.h).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * fuzz_conf.c - libFuzzer target for the KVP_CONF parser (lib/conf.c,
  * compiled in): `make fuzz-conf` (and `make fuzz`).  An input is a

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # `make check`: the KVP_CONF parser's fuzz target (tests/fuzz_conf.c) over
 # its seed corpus and over pseudo-random strings of keys, values and
 # separators, built with the configured compiler and sanitizers.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * fuzz_main.c - runs tests/fuzz_api.c without libFuzzer: over files (the
  * seed corpus, a crash reproducer) or over pseudo-random inputs, so that

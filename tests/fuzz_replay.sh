@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # `make check`: the fuzz harness (tests/fuzz_api.c) over its seed corpus
 # and over pseudo-random inputs, built with the configured compiler and
 # sanitizers; library and model must agree on every call.

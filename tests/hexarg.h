@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * hexarg.h - the text form the test drivers read (tests/*_driver.c):
  * bytes in hex, strings as 'x' and their bytes in hex, '-' for none.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * limits_probe.c - pools and managers whose sizes cannot be allocated,
  * under an address-space limit (tests/test_limits.sh runs this under

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * model.c - the reference model of kvpool (see model.h).  Written from
  * kvpool.h and doc/errors.md, not from lib/: where the two could differ,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * model.h - a reference model of kvpool's public semantics, for tests only
  * (tests/fuzz_api.c, tests/check_faults.c).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * pub_edge.c - libkvpool-events at its edges (each case failed before its
  * fix):

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * pub_metrics_driver.c - writes one scrape of a pool, its manager and its
  * publisher to stdout, as a server would serve them together: the core's

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # Sourced by the test scripts: python_with MOD[,MOD...] prints the Python
 # to run them with: the configured one ($PYTHON), or Debian's
 # /usr/bin/python3 when only that one has the modules.

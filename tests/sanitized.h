@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * tests/sanitized.h - KVP_SANITIZED: 1 when the test is built with
  * AddressSanitizer or ThreadSanitizer (timings and RSS mean nothing

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Prefix hit rate of a JSON-lines (Mooncake) trace, computed without kvpool.
 
 `kvpool sim --trace FILE --blocks 0` must report the same rate: this script

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # Short runs of the stress programs for `make check` (`make stress` runs
 # long ones).  Each program checks its invariants and exits non-zero on a
 # violation; under TSan, halt_on_error makes any report fatal.

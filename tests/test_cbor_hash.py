@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Checks KVP_HASH_SHA256_CBOR against vLLM's sha256_cbor computed
 independently here with cbor2 (canonical=True) and hashlib, on random
 blocks, chains, seeds, LoRA names, salts and extra keys.

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # KVP_HASH_SHA256_CBOR against vLLM's sha256_cbor, recomputed in Python
 # with cbor2 and hashlib (tests/test_cbor_hash.py): 12,000 random cases.
 # The C side is tests/cbor_hash_driver (instrumented in sanitizer builds);

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # Every name() a comment of lib/ or include/ cites exists: a function,
 # macro or function pointer of lib/ or include/, or a known external
 # function (tools/cited-names.py lists them).  A renamed or deleted

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # KVP_CONF as a process sees it (kvpool(3), "Configuration"): the
 # environment applied (`kvpool conf`), an application's kvp_conf applied
 # and overridden by the environment (tests/conf_app, linked against the

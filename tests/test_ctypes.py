@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Loads libkvpool.so through ctypes and drives a pool through it.
 
 Usage: test_ctypes.py PATH/TO/libkvpool.so

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # The built shared library must load through Python ctypes (dlopen): no
 # initial-exec TLS from a linked jemalloc (lib/alloc.c explains why).
 set -e

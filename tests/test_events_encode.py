@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """libkvpool-events' encoder: random event batches encoded by
 kvp_pub_encode (tests/events_encode_driver) and decoded by python3-msgpack
 must be vLLM's KVEventBatch arrays, field for field (the layout llm-d's

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # libkvpool-events' encoder against python3-msgpack (2,000 random batches).
 b=${top_builddir:-.}
 s=${top_srcdir:-.}

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # `kvpool sim --publish` against the Python subscriber example
 # (examples/kv_subscriber.py) over 127.0.0.1: every BlockStored hash is
 # recomputed from its tokens (vLLM's sha256_cbor), and the cached set the

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Checks kvp_hash_blocks (SHA-256) against an independent implementation
 of the encoding documented in lib/hash.c, with Python's hashlib.
 

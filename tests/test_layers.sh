@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # lib/ is layered (doc/architecture.md, "Layers"): no file calls a file that
 # calls it back, directly or around a circle.  tools/lib-callgraph.py prints
 # the call graph between lib/'s files from the objects and the headers'

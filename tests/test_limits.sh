@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # Memory limits: under `ulimit -v`, pools and managers too large to
 # allocate fail with -ENOMEM and leak nothing (tests/limits_probe.c), and
 # `kvpool sim` exits with one clear line and status 1 whether the limit

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """One scrape of a pool, its manager and its publisher (pub_metrics_driver)
 parsed by prometheus_client, in OpenMetrics and in the Prometheus text
 format 0.0.4: the two libraries' families side by side, one "# EOF", and

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # libkvpool-events' metrics beside the core's, parsed by prometheus_client.
 b=${top_builddir:-.}
 s=${top_srcdir:-.}

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # kvpool sim: with an unlimited pool (--blocks 0) the prefix hit rate equals
 # the one tests/sim_hitrate.py computes from the trace file on its own, for
 # tests/data/sim_small.jsonl (block sizes, thread and model counts) and for

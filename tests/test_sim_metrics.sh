@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # kvpool sim --metrics FILE [--metrics-every N]: the final scrape and the
 # periodic ones are complete OpenMetrics texts that prometheus_client's
 # parser reads, the periodic ones numbered in order, their counters never

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # kvpool sim on the real Mooncake conversation trace, read from
 # ../shared/traces/ beside the source tree (never copied into the
 # project): with an unlimited pool the hit rate equals the independent

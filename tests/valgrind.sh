@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # `make check-valgrind`: the unit tests under valgrind memcheck, each in
 # one process (CK_FORK=no), through libtool so that the uninstalled
 # libkvpool is the one checked.  Any error or definite leak fails the run;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * bench.c - `kvpool bench`: the pool, sequence and prefix benchmarks in
  * one command, every peer measured in the same run.  See kvpool(1).

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """cited-names.py - every name() a comment of lib/ or include/ cites exists.
 
 usage: tools/cited-names.py [SRCDIR [ALLOWFILE]]   (SRCDIR defaults to .)

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * hist.c - log-linear latency histograms; see hist.h.
  */

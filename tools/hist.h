@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * hist.h - log-linear latency histograms (nanoseconds): 16 sub-buckets per
  * power of two, so a percentile is exact below 16 ns and within 1/16

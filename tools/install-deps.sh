@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # Installs kvpool's build and test dependencies from Debian 12 packages
 # (clang, libclang-rt-14-dev and valgrind are for `make fuzz` and
 # `make check-valgrind` only: a build without them works; libzmq3-dev and

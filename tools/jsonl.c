@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * jsonl.c - a strict JSON reader for one trace line; see jsonl.h.
  *

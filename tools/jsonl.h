@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * jsonl.h - a small, strict JSON reader for one line of a request trace
  * (Mooncake's JSON-lines format), with no dependency.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kvpool.c - the `kvpool` command: `kvpool sim` (tools/sim.c),
  * `kvpool bench` (tools/bench.c) and `kvpool conf` (here).  See kvpool(1).

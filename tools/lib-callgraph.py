@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """lib-callgraph.py - the call graph of lib/ between files, and its cycles.
 
 usage: tools/lib-callgraph.py [SRCDIR [OBJDIR]]   (after `make`; both

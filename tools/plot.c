@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * plot.c - line plots through gnuplot; see plot.h.
  */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * plot.h - line plots as PNG through gnuplot (optional: the Debian package
  * gnuplot-nox).  Not thread-safe (runs a child process).

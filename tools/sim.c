@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * sim.c - `kvpool sim`: replays a serving workload through scheduler
  * threads sharing one pool.  See kvpool(1) for the options and output.

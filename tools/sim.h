@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * sim.h - what the files of `kvpool sim` share: the options (struct
  * sim_opts, filled by sim_opts.c), one replay's measurements (struct

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * sim_metrics.c - `kvpool sim --metrics FILE [--metrics-every N]`: scrapes
  * of a kvpool replay's pool and managers (kvp_metrics_write, OpenMetrics

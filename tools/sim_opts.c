@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * sim_opts.c - `kvpool sim`'s command line: one table of the options
  * (name, value, where it goes, help), which both the parser and --help

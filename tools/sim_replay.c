@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * sim_replay.c - one replay of `kvpool sim`: the pool and the managers of
  * a peer (kvpool's, with the --retain-system event count, or the mutex

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * sim_report.c - what `kvpool sim` prints of a replay: the text report
  * (the workload and configuration, then each replay's throughput, hit

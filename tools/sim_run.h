@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * sim_run.h - one replay's shared state, between sim_replay.c, which sets
  * it up, checks and frees it, and sim_sched.c, whose scheduler threads

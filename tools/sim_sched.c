@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * sim_sched.c - `kvpool sim`'s scheduler threads: each model's queue of
  * requests, the admission of requests (in trace order per model, or

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * sim_sweep.c - pool capacities in `kvpool sim`: the "unlimited" size a
  * workload needs (--blocks 0), the check that a pool fits in memory, and

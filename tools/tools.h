@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * tools.h - the subcommands of the `kvpool` command (tools/kvpool.c
  * dispatches to them).  Each takes its own argv (argv[0] is the

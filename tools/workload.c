@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * workload.c - synthetic workload, trace reader and block hashes; see
  * workload.h.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * workload.h - the requests `kvpool sim` replays: the embedded synthetic
  * workload, Mooncake-format JSON-lines traces, and their block hashes.

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Per-call cost of the Python binding's append against the C call.
 
 Peers, measured interleaved in the same run (medians of --reps):

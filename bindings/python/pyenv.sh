@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # Sourced by the Python binding's test scripts: checks that the
 # interpreter can load the package (exit 77 with a one-line reason
 # otherwise) and defines py(), which runs Python against the library just

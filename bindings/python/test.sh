@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # make check: the Python binding's unit tests (with NumPy when importable,
 # then without), the 4-thread test and the README's and examples/'
 # Python programs, against the library just built.

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # make check: the metrics text (kvp_metrics_write through Pool.metrics)
 # parsed by prometheus_client's own parsers in both formats, checked
 # against a golden list of families and against the stats, scraped while

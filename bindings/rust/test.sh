@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # make check: the Rust crate's tests (cargo test --offline: unit, engine
 # shaped tests, the porting tests, the zero-allocation proof, doc tests,
 # and building its examples), then examples/rust_paged_cache, the docs

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """kvpool: paged KV-cache block management for LLM inference engines.
 
 Python binding of libkvpool (cffi in ABI mode: no compiler needed).
@@ -28,6 +29,8 @@ from ._core import (ADMIT_LATER, ADMIT_NEVER, ADMIT_OK, DTYPES, HASH_ALGOS,
 from .errors import (AlreadyFree, Busy, CheckFailed, Error, Exists,
                      InvalidArgument, NoMemory, NoSpace, NotFound,
                      OutOfRange, Overflow, strerror)
+
+__license__ = "MIT"
 
 __all__ = ["Pool", "Manager", "Sequence", "Layout", "PoolConfig",
            "PoolStats", "Stats", "SeqInfo", "Event", "Copy", "AppendInfo",

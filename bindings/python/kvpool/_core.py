@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Pool, Manager, Sequence, block hashes: thin wrappers over libkvpool."""
 import dataclasses
 import errno as _errno

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """The C ABI of libkvpool, declared for cffi in ABI mode (no compiler).
 
 Only what the Python classes call is declared.  Structs the library fills

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """kvpool errors: every failing C call raises a kvpool.Error subclass.
 
 An Error is an OSError: `e.errno` is the (positive) errno the C call

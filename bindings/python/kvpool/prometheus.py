@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """kvpool.prometheus: kvpool's metrics in a prometheus_client registry.
 
     from prometheus_client import REGISTRY

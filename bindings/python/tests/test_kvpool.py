@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Unit tests of the Python binding (make check runs them with and without
 NumPy: KVPOOL_NO_NUMPY=1 forces lists)."""
 import errno

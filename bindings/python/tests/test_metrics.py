@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """kvp_metrics_write (through Pool.metrics) read by prometheus_client.
 
 - Both formats parse with prometheus_client's own parsers (OpenMetrics 1.0

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Four Python threads drive one prefix-caching manager at once: create
 (plain and cached), append (one by one and batched), fork (of their own
 sequences and of shared ones another thread frees and re-creates), commit

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 //! Finds libkvpool with no crates: $KVPOOL_LIB_DIR (a directory holding
 //! libkvpool.so, such as an uninstalled build's lib/.libs) or else the
 //! output of `pkg-config --libs kvpool`, parsed here.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 //! Does the safe Rust binding add overhead over the C calls?
 //!
 //! bench_seq's decode workload at one thread, driven two ways in the same

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 //! Coming from cjc-runtime's `PagedKvCache` (seed 001): one sequence of
 //! `f64` token rows of width `dim`, in 16-token blocks allocated up front.
 //!

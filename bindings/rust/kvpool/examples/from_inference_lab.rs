@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 //! Coming from inference_lab's `KVCacheManager` (seed 004): blocks for
 //! requests, sized from a byte budget, with prefix caching.
 //!

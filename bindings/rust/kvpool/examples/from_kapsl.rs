@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 //! Coming from kapsl-llm's `BlockAllocator` and `BlockManager` (seed
 //! 002): a block free list shared by several engines through
 //! `Arc<Mutex<BlockAllocator>>`, and per-engine block tables.

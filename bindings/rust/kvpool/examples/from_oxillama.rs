@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 //! Coming from oxillama-runtime's `KvCachePool` (seed 000): a free list
 //! of fixed-size `f32` pages, handed out by index.
 //!

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 //! Coming from the `PagedKvCache` with fork and eviction strategies (seed
 //! 003): sequences of tokens in blocks, copy-on-write forks, victims
 //! chosen by LRU, LFU, longest-first, priority or StreamingLLM, and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 //! K/V data of a data-owning pool through its sequences: one token's
 //! rows written and read, one layer gathered.
 use std::os::raw::c_void;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 //! Errors: `Error` (a C call's negative errno and, for -ENOSPC, the
 //! details kvp_last_error recorded), `ErrorKind`, `Result`, and the
 //! checks that turn C return values and slice lengths into them.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 //! Prefix-cache events: `EventKind`, `Event`, and a manager's event
 //! callback, which the C library calls through a trampoline.
 use std::os::raw::c_void;

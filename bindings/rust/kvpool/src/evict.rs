@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 //! Admission and eviction: `Admit`, the policy switch, and the calls
 //! that name or evict victims by policy.
 use std::os::raw::c_int;

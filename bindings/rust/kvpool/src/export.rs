@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 //! Block tables exported for attention kernels: padded rows
 //! (FlashAttention, vLLM), FlashInfer's `Csr`, slot mappings.
 use std::ptr;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 //! Block hashes: `BlockHash`, the `HashAlgo` profiles, a request's
 //! `HashKeys`, `hash_blocks` and the process-wide XXH3 seed.
 use std::ffi::CString;

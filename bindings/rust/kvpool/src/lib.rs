@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 //! kvpool: paged KV-cache block management for LLM inference engines.
 //!
 //! A safe binding of libkvpool's C ABI (`include/kvpool.h`), with no

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 //! The manager and its sequences: `Policy` and `ManagerConfig`, the
 //! `Manager` handle, and the sequence calls (create, reserve, append and
 //! its `Appended` / `BlockCopy`, fork, free, truncate, trim, priority,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 //! `Pool::metrics`: the OpenMetrics (or Prometheus) text of a pool and
 //! its managers.
 use std::os::raw::c_char;

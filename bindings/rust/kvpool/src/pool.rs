@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 //! The pool: its parameters (`DType`, `Layout`, `PoolConfig`), its
 //! counters (`PoolStats`), the `Pool` handle and its block calls, RAII
 //! `Block`s whose data is viewed as `Element`s, and `thread_flush`.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 //! The prefix cache's sequence calls: create from cached blocks,
 //! commit (with `Retention` ranges at the `RETAIN_*` priorities), the
 //! retention clock, reset.

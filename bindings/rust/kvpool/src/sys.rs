@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 //! The raw C ABI, for callers that need exactly the C path (the
 //! benchmarks compare the safe wrappers against it).  Each item mirrors
 //! its namesake in `include/kvpool.h`, whose comments are the reference.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 //! The shape of the unit tests of the engines kvpool would serve (their
 //! own pools: a Vec free list, an Arc<Mutex<BlockAllocator>>, a paged KV
 //! cache, a KV-cache manager with prefix reuse), written against kvpool.

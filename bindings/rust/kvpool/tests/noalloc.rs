@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 //! The decode path allocates nothing: 1,024 one-token appends on a
 //! reserved sequence make no heap allocation, in Rust or in C.
 //!

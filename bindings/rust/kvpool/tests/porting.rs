@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 //! What a port of the engines kvpool started from needs (issue 29): empty
 //! pools, K-only pools, exact limits, the configuration getters, the
 //! policy setter and victim peek, the sequence list, reserved tables,
