@@ -34,6 +34,13 @@
  * starves the other, and checks stop between them, so kvp_pub_destroy
  * waits for one round at most.
  *
+ * The PUB socket is pubsock.c's, bounded in bytes for every subscriber
+ * by a bound on a batch's bytes: batch_take cuts a batch before it would
+ * pass KVPE_BATCH_MAX, and kvp_pub_event_cb splits an event that alone
+ * would (a STORED or REMOVED event into events of consecutive blocks,
+ * numbered one after another: a router sees the same blocks, parents
+ * and tokens).  A split event is written whole or dropped whole.
+ *
  * Registration.  A thread's first event for a publisher allocates its
  * ring and pushes it on the publisher's list under reg_lock (a slow path,
  * once per thread); the consumer walks the list from an acquire load of
@@ -57,6 +64,7 @@
 #include <zmq.h>
 
 #include "encode.h"
+#include "pubsock.h"
 #include "replay.h"
 #include "tsan.h"
 
@@ -67,6 +75,12 @@
 #define LINGER_MS 300
 #define BATCH_DEFAULT 256u
 #define HWM_DEFAULT 100000
+#define SUB_BYTES_DEFAULT (16ull << 20)
+#define PUB_BYTES_DEFAULT (64ull << 20)
+#define STALL_MS_DEFAULT 10000u
+#define STALL_MS_MAX 3600000u
+/* An event's encoded bytes at most, beside a batch's head and tail. */
+#define EVENT_MAX (KVPE_BATCH_MAX - 64u)
 #define REC_ALIGN 16u
 #define REC_PAD 0xffu
 #define MAX_EXTRA 64u
@@ -104,7 +118,8 @@ struct kvp_pub {
 	char topic[256];
 	char medium[64];
 	uint64_t buf_bytes; /* per producer thread */
-	void *zctx, *pub;
+	void *zctx;
+	struct kvpe_pubsock *sock;  /* the PUB socket */
 	struct kvpe_replay *replay; /* NULL: no replay socket */
 	pthread_t thread;
 	pthread_mutex_t reg_lock;
@@ -117,6 +132,7 @@ struct kvp_pub {
 	_Atomic bool stop;
 	/* publisher thread only */
 	uint64_t next_batch;
+	size_t batch_bound; /* batch_take's batch: its encoded bytes, at most */
 	struct rec **recs;     /* a batch's records, max_batch_events */
 	struct kvp_event *evs; /* and their events */
 	struct ring **owners;  /* and their rings */
@@ -273,29 +289,38 @@ KVPE_API int kvp_pub_thread_init(struct kvp_pub *p)
 	return ring_of(p) ? 0 : -ENOMEM;
 }
 
-KVPE_API void kvp_pub_event_cb(const struct kvp_event *ev, void *arg)
+/* The bytes ev's record takes at r's tail: its own, and a pad before it
+ * when it would pass the end of the buffer. */
+static uint64_t rec_need(struct ring *r, uint64_t size)
 {
-	struct kvp_pub *p = arg;
-	struct ring *r;
-	uint64_t size, tail, off, pad, seq;
-
-	if (!p || !ev)
-		return;
-	r = ring_of(p);
-	size = rec_size(ev);
-	if (!r || size == 0 || size > r->cap / 2)
-		goto drop;
 	/* Relaxed: only this thread writes tail. */
-	tail = atomic_load_explicit(&r->tail, memory_order_relaxed);
-	off = tail & (r->cap - 1);
+	uint64_t off = atomic_load_explicit(&r->tail, memory_order_relaxed) &
+		       (r->cap - 1);
+
+	return off + size > r->cap ? r->cap - off + size : size;
+}
+
+/* Whether r has need free bytes at its tail. */
+static bool ring_room(struct ring *r, uint64_t need)
+{
+	uint64_t tail = atomic_load_explicit(&r->tail, memory_order_relaxed);
+
+	if (tail + need - r->head_seen <= r->cap)
+		return true;
+	/* Acquire: the consumer is done with the bytes it freed. */
+	r->head_seen = atomic_load_explicit(&r->head, memory_order_acquire);
+	return tail + need - r->head_seen <= r->cap;
+}
+
+/* Writes ev's record (size bytes; ring_room said they fit) at r's tail,
+ * with the next event number. */
+static void rec_put(struct kvp_pub *p, struct ring *r,
+		    const struct kvp_event *ev, uint64_t size)
+{
+	uint64_t tail = atomic_load_explicit(&r->tail, memory_order_relaxed);
+	uint64_t off = tail & (r->cap - 1), pad, seq;
+
 	pad = off + size > r->cap ? r->cap - off : 0;
-	if (tail + pad + size - r->head_seen > r->cap) {
-		/* Acquire: the consumer is done with the bytes it freed. */
-		r->head_seen =
-			atomic_load_explicit(&r->head, memory_order_acquire);
-		if (tail + pad + size - r->head_seen > r->cap)
-			goto drop;
-	}
 	if (pad) {
 		struct rec *pr = (struct rec *)(r->buf + off);
 
@@ -310,6 +335,98 @@ KVPE_API void kvp_pub_event_cb(const struct kvp_event *ev, void *arg)
 	/* Release: the record's bytes before the consumer's acquire. */
 	atomic_store_explicit(&r->tail, tail + pad + size,
 			      memory_order_release);
+}
+
+/* Blocks [i, i + k) of ev as an event of their own. */
+static void piece(const struct kvp_event *ev, uint32_t i, uint32_t k,
+		  struct kvp_event *out)
+{
+	*out = *ev;
+	out->hashes = ev->hashes + i;
+	out->nhashes = k;
+	if (ev->type != KVP_EVENT_STORED)
+		return;
+	if (i)
+		out->parent = &ev->hashes[i - 1];
+	out->num_tokens = k * ev->block_tokens;
+	if (ev->token_ids)
+		out->token_ids = ev->token_ids + (size_t)i * ev->block_tokens;
+}
+
+/* Blocks per piece for ev's encoding to fit EVENT_MAX: ev->nhashes if it
+ * fits whole or cannot be split (the bound grows by the same bytes per
+ * block). */
+static uint32_t piece_blocks(const struct kvp_event *ev)
+{
+	struct kvp_event one, two;
+	size_t b1, per;
+
+	if (ev->nhashes < 2 || !ev->hashes ||
+	    (ev->type != KVP_EVENT_STORED && ev->type != KVP_EVENT_REMOVED) ||
+	    (ev->type == KVP_EVENT_STORED &&
+	     ev->num_tokens != (uint64_t)ev->nhashes * ev->block_tokens) ||
+	    (ev->nextra_keys && (!ev->extra_keys || ev->nextra_keys > MAX_EXTRA)) ||
+	    kvpe_event_bound(ev) <= EVENT_MAX)
+		return ev->nhashes;
+	for (uint32_t k = 0; k < ev->nextra_keys; k++)
+		if (!ev->extra_keys[k])
+			return ev->nhashes; /* rec_size drops it */
+	piece(ev, 0, 1, &one);
+	piece(ev, 0, 2, &two);
+	b1 = kvpe_event_bound(&one);
+	per = kvpe_event_bound(&two) - b1;
+	return b1 >= EVENT_MAX ? 1 : 1 + (uint32_t)((EVENT_MAX - b1) / per);
+}
+
+/* ev split in pieces of k blocks: all written, or none (false). */
+static bool put_pieces(struct kvp_pub *p, struct ring *r,
+		       const struct kvp_event *ev, uint32_t k)
+{
+	uint64_t need = 0, most = 0;
+	struct kvp_event pc;
+
+	for (uint32_t i = 0; i < ev->nhashes; i += k) {
+		uint64_t size;
+
+		piece(ev, i, ev->nhashes - i < k ? ev->nhashes - i : k, &pc);
+		size = rec_size(&pc);
+		if (size == 0 || size > r->cap / 2)
+			return false;
+		need += size;
+		most = size > most ? size : most;
+	}
+	/* One pad at most (need < cap), shorter than the piece after it. */
+	if (need + most > r->cap || !ring_room(r, need + most))
+		return false;
+	for (uint32_t i = 0; i < ev->nhashes; i += k) {
+		piece(ev, i, ev->nhashes - i < k ? ev->nhashes - i : k, &pc);
+		rec_put(p, r, &pc, rec_size(&pc));
+	}
+	return true;
+}
+
+KVPE_API void kvp_pub_event_cb(const struct kvp_event *ev, void *arg)
+{
+	struct kvp_pub *p = arg;
+	struct ring *r;
+	uint64_t size;
+	uint32_t k;
+
+	if (!p || !ev)
+		return;
+	r = ring_of(p);
+	if (!r)
+		goto drop;
+	k = piece_blocks(ev);
+	if (k < ev->nhashes) {
+		if (!put_pieces(p, r, ev, k))
+			goto drop;
+		return;
+	}
+	size = rec_size(ev);
+	if (size == 0 || size > r->cap / 2 || !ring_room(r, rec_need(r, size)))
+		goto drop;
+	rec_put(p, r, ev, size);
 	return;
 drop:
 	atomic_fetch_add_explicit(&p->dropped, 1, memory_order_relaxed);
@@ -391,24 +508,16 @@ static double now_real(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* libzmq's free function for a sent PUB message (its I/O thread).  The
- * payload reached it through libzmq's pipes, which TSan cannot see: the
- * publisher released it before zmq_msg_send, acquired here. */
-static void payload_sent(void *data, void *hint)
-{
-	(void)data;
-	kvp_tsan_acquire(hint);
-	kvpe_payload_unref(hint);
-}
-
 /*
  * Takes the records of up to max_batch_events events in number order,
  * from *want on, into p->recs and p->owners (advancing their rings' peek,
- * not yet their head).  Returns how many.
+ * not yet their head), as many as fit KVPE_BATCH_MAX encoded (at least
+ * one); their bound in p->batch_bound.  Returns how many.
  */
 static uint32_t batch_take(struct kvp_pub *p, uint64_t *want)
 {
 	uint32_t n = 0, cap = p->cfg.max_batch_events;
+	size_t bound = 64; /* the batch's head and tail */
 	unsigned spins = 0;
 
 	while (n < cap) {
@@ -440,28 +549,33 @@ static uint32_t batch_take(struct kvp_pub *p, uint64_t *want)
 			}
 			break;
 		}
+		{
+			const char *keys[MAX_EXTRA];
+			size_t b;
+
+			rec_read(rec, &p->evs[n], keys, p->strs);
+			b = kvpe_event_bound(&p->evs[n]);
+			if (n && bound + b > KVPE_BATCH_MAX)
+				break;
+			bound += b;
+		}
 		p->recs[n] = rec;
 		p->owners[n++] = found;
 		found->peek += rec->size;
 		(*want)++;
 	}
+	p->batch_bound = bound;
 	return n;
 }
 
 /* The msgpack payload of the n records taken, or NULL (no memory). */
 static struct kvpe_payload *batch_encode(struct kvp_pub *p, uint32_t n)
 {
+	size_t bound = p->batch_bound;
 	struct kvpe_payload *pl;
 	struct kvpe_fixbuf f;
 	msgpack_packer pk;
-	size_t bound = 64;
 
-	for (uint32_t i = 0; i < n; i++) {
-		const char *keys[MAX_EXTRA];
-
-		rec_read(p->recs[i], &p->evs[i], keys, p->strs);
-		bound += kvpe_event_bound(&p->evs[i]);
-	}
 	pl = malloc(sizeof(*pl) + bound);
 	if (!pl)
 		return NULL;
@@ -485,25 +599,11 @@ static struct kvpe_payload *batch_encode(struct kvp_pub *p, uint32_t n)
 	return pl;
 }
 
-/* Sends pl as the next batch (PUB, without a copy) and keeps it for
- * replay; takes its references. */
+/* Sends pl as the next batch and keeps it for replay; takes its
+ * references. */
 static void batch_send(struct kvp_pub *p, struct kvpe_payload *pl)
 {
-	unsigned char seqb[8];
-	zmq_msg_t msg;
-
-	kvpe_put_be64(seqb, p->next_batch);
-	zmq_send(p->pub, p->topic, strlen(p->topic), ZMQ_SNDMORE);
-	zmq_send(p->pub, seqb, 8, ZMQ_SNDMORE);
-	if (zmq_msg_init_data(&msg, pl->data, pl->len, payload_sent, pl) !=
-	    0) {
-		kvpe_payload_unref(pl); /* libzmq's reference */
-	} else {
-		/* Our last touch of pl unless the ring keeps it. */
-		kvp_tsan_release(pl);
-		if (zmq_msg_send(&msg, p->pub, 0) < 0)
-			zmq_msg_close(&msg); /* calls payload_sent */
-	}
+	kvpe_pubsock_send(p->sock, p->next_batch, pl);
 	if (p->replay)
 		kvpe_replay_keep(p->replay, p->next_batch, pl);
 	p->next_batch++;
@@ -555,6 +655,9 @@ static void *publisher_main(void *arg)
 			break;
 		if (sent || more)
 			continue;
+		/* Idle: libzmq's commands still run (a dropped subscriber's
+		 * queue is freed then). */
+		kvpe_pubsock_tend(p->sock);
 		if (p->replay) {
 			zmq_pollitem_t it = {kvpe_replay_socket(p->replay), 0,
 					     ZMQ_POLLIN, 0};
@@ -571,31 +674,12 @@ static void *publisher_main(void *arg)
 
 /* ------------------------------------------------------------ lifetime */
 
-/*
- * libzmq's error as a negative errno.  Its own codes (above
- * ZMQ_HAUSNUMERO) mean nothing to strerror ("Unknown error 156384764"):
- * the one a bad endpoint gives maps to the system's nearest.
- */
-static int zerr(void)
-{
-	int e = errno;
-
-	if (e == ENOCOMPATPROTO)
-		return -EPROTONOSUPPORT;
-	if (e == ETERM)
-		return -ESHUTDOWN;
-	if (e == EMTHREAD)
-		return -EMFILE;
-	if (e >= ZMQ_HAUSNUMERO)
-		return -EINVAL;
-	return e ? -e : -EIO;
-}
-
 static bool cfg_ok(const struct kvp_pub_config *cfg)
 {
 	if (!cfg->endpoint ||
 	    (cfg->flags & ~(KVP_PUB_INT_HASHES | KVP_PUB_CONNECT)) ||
 	    (cfg->medium && strlen(cfg->medium) >= 64) ||
+	    cfg->stall_ms > STALL_MS_MAX ||
 	    cfg->thread_buffer_kib > (1u << 21) ||
 	    cfg->ring_batches > (1u << 24) || cfg->max_batch_events > (1u << 16))
 		return false;
@@ -621,6 +705,14 @@ static void cfg_take(struct kvp_pub *p, const struct kvp_pub_config *cfg)
 		p->cfg.ring_bytes = RING_BYTES_DEFAULT;
 	if (!p->cfg.max_batch_events)
 		p->cfg.max_batch_events = BATCH_DEFAULT;
+	if (!p->cfg.sndhwm)
+		p->cfg.sndhwm = HWM_DEFAULT;
+	if (!p->cfg.sub_bytes)
+		p->cfg.sub_bytes = SUB_BYTES_DEFAULT;
+	if (!p->cfg.pub_bytes)
+		p->cfg.pub_bytes = PUB_BYTES_DEFAULT;
+	if (!p->cfg.stall_ms)
+		p->cfg.stall_ms = STALL_MS_DEFAULT;
 	p->buf_bytes = 4096;
 	while (p->buf_bytes < (uint64_t)(cfg->thread_buffer_kib
 						 ? cfg->thread_buffer_kib
@@ -644,22 +736,22 @@ static void cfg_take(struct kvp_pub *p, const struct kvp_pub_config *cfg)
 /* The PUB socket and the replay service. */
 static int sockets_open(struct kvp_pub *p, const struct kvp_pub_config *cfg)
 {
-	int hwm = cfg->sndhwm > 0 ? cfg->sndhwm : cfg->sndhwm < 0 ? 0
-								  : HWM_DEFAULT;
+	struct kvpe_pubsock_cfg pc = {
+		.endpoint = cfg->endpoint,
+		.connect = (cfg->flags & KVP_PUB_CONNECT) != 0,
+		.topic = p->topic,
+		.sndhwm = p->cfg.sndhwm,
+		.sub_bytes = p->cfg.sub_bytes,
+		.pub_bytes = p->cfg.pub_bytes,
+		.stall_ms = p->cfg.stall_ms,
+	};
+	int rc = kvpe_pubsock_open(p->zctx, &pc, &p->sock);
 
-	p->pub = zmq_socket(p->zctx, ZMQ_PUB);
-	if (!p->pub)
-		return zerr();
-	zmq_setsockopt(p->pub, ZMQ_SNDHWM, &hwm, sizeof(hwm));
-	if ((cfg->flags & KVP_PUB_CONNECT ? zmq_connect(p->pub, cfg->endpoint)
-					  : zmq_bind(p->pub, cfg->endpoint)) !=
-	    0)
-		return zerr();
-	if (!cfg->replay_endpoint)
-		return 0;
+	if (rc || !cfg->replay_endpoint)
+		return rc;
 	return kvpe_replay_create(p->zctx, cfg->replay_endpoint,
 				  p->cfg.ring_batches, p->cfg.ring_bytes,
-				  &p->replay);
+				  p->cfg.stall_ms, &p->replay);
 }
 
 static void pub_free(struct kvp_pub *p)
@@ -674,13 +766,11 @@ static void pub_free(struct kvp_pub *p)
 		free(r);
 		r = next;
 	}
-	if (p->pub) {
-		zmq_setsockopt(p->pub, ZMQ_LINGER, &linger, sizeof(linger));
-		zmq_close(p->pub);
-	}
+	kvpe_pubsock_close(p->sock, linger);
 	kvpe_replay_close(p->replay);
 	if (p->zctx)
 		zmq_ctx_term(p->zctx); /* every message closed: no ticket */
+	kvpe_pubsock_free(p->sock);
 	kvpe_replay_free(p->replay);
 	free(p->recs);
 	free(p->evs);
@@ -758,6 +848,7 @@ KVPE_API int kvp_pub_flush(struct kvp_pub *p, int timeout_ms)
 
 KVPE_API void kvp_pub_stats(struct kvp_pub *p, struct kvp_pub_stats *st)
 {
+	struct kvpe_pubsock_stats ps;
 	uint64_t drawn, dropped;
 
 	if (!p || !st)
@@ -771,6 +862,10 @@ KVPE_API void kvp_pub_stats(struct kvp_pub *p, struct kvp_pub_stats *st)
 	st->batches = atomic_load_explicit(&p->batches, memory_order_relaxed);
 	st->last_seq = st->batches ? st->batches - 1 : 0;
 	st->threads = atomic_load_explicit(&p->nrings, memory_order_relaxed);
+	kvpe_pubsock_stats(p->sock, &ps);
+	st->pub_queued_bytes = ps.queued;
+	st->pub_dropped = ps.dropped;
+	st->sub_overflows = ps.overflows;
 	if (p->replay) {
 		struct kvpe_replay_stats rs;
 
@@ -780,6 +875,7 @@ KVPE_API void kvp_pub_stats(struct kvp_pub *p, struct kvp_pub_stats *st)
 		st->replay_ignored = rs.ignored;
 		st->ring_batches = rs.batches;
 		st->ring_bytes = rs.bytes;
+		st->replay_queued_bytes = rs.queued;
 	}
 }
 
@@ -792,11 +888,12 @@ KVPE_API int kvp_pub_endpoint(struct kvp_pub *p, int which, char *buf,
 
 	if (!p || !buf || (which != 0 && which != 1))
 		return -EINVAL;
-	s = which ? (p->replay ? kvpe_replay_socket(p->replay) : NULL) : p->pub;
+	s = which ? (p->replay ? kvpe_replay_socket(p->replay) : NULL)
+		  : kvpe_pubsock_socket(p->sock);
 	if (!s)
 		return -EINVAL;
 	if (zmq_getsockopt(s, ZMQ_LAST_ENDPOINT, tmp, &n) != 0)
-		return zerr();
+		return kvpe_zmq_errno();
 	if (strlen(tmp) >= len)
 		return -ENOSPC;
 	memcpy(buf, tmp, strlen(tmp) + 1);

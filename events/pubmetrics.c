@@ -43,6 +43,22 @@ static const struct mtext_family f_ring_batches = {
 static const struct mtext_family f_ring_bytes = {
 	"kvpool_events_replay_ring_bytes", MTEXT_GAUGE, "bytes",
 	"Bytes of the batches the replay ring holds."};
+static const struct mtext_family f_pub_queued = {
+	"kvpool_events_pub_queued_bytes", MTEXT_GAUGE, "bytes",
+	"Bytes of batches the PUB socket holds for its subscribers (at most "
+	"pub_bytes)."};
+static const struct mtext_family f_pub_dropped = {
+	"kvpool_events_pub_dropped", MTEXT_COUNTER, NULL,
+	"Batches sent to no subscriber: the PUB socket held pub_bytes, or the "
+	"batch was over 64 KiB. They stay in the replay ring."};
+static const struct mtext_family f_overflows = {
+	"kvpool_events_subscriber_overflows", MTEXT_COUNTER, NULL,
+	"Times a subscriber's queue reached sub_bytes: it missed batches until "
+	"it drained (replay fills the gap)."};
+static const struct mtext_family f_replay_queued = {
+	"kvpool_events_replay_queued_bytes", MTEXT_GAUGE, "bytes",
+	"Bytes of replay messages queued for the replay clients (at most "
+	"32 MiB)."};
 
 static int render(struct kvp_pub *pub, uint32_t flags, struct mtext *mt)
 {
@@ -61,6 +77,10 @@ static int render(struct kvp_pub *pub, uint32_t flags, struct mtext *mt)
 	mtext_single(mt, &f_ignored, st.replay_ignored);
 	mtext_single(mt, &f_ring_batches, st.ring_batches);
 	mtext_single(mt, &f_ring_bytes, st.ring_bytes);
+	mtext_single(mt, &f_pub_queued, st.pub_queued_bytes);
+	mtext_single(mt, &f_pub_dropped, st.pub_dropped);
+	mtext_single(mt, &f_overflows, st.sub_overflows);
+	mtext_single(mt, &f_replay_queued, st.replay_queued_bytes);
 	if (!(flags & KVP_METRICS_NO_EOF))
 		mtext_eof(mt);
 	return 0;

@@ -31,6 +31,14 @@
  * are tiny: MAXMSGSIZE bounds a frame, RCVHWM the messages queued per
  * peer, PEERS_MAX the peers tracked.
  *
+ * Reclaim.  What libzmq holds for a peer that stopped reading comes back
+ * only when libzmq drops the connection: the socket's TCP_MAXRT
+ * (TCP_USER_TIMEOUT) makes the kernel abort a connection that took no
+ * byte for stall_ms, and libzmq then closes the messages queued for it
+ * (each ticket_done).  PEER_BYTES is small beside TOTAL_BYTES, so that
+ * the idle peers of a few hundred connections leave room for the honest
+ * ones meanwhile.
+ *
  * Fairness.  At most PEERS_MAX replays are open at once.  One call of
  * kvpe_replay_serve reads at most REQS_PER_ROUND requests
  * (FRAMES_PER_ROUND frames) and sends at most ROUND_SENDS batches, at
@@ -67,7 +75,7 @@
 #include "tsan.h"
 
 #define PEERS_MAX 256
-#define PEER_BYTES (1u << 20)
+#define PEER_BYTES (128u << 10)
 #define PEER_MSGS 256u
 #define TOTAL_BYTES (32ull << 20)
 #define SNDHWM 1024
@@ -545,10 +553,10 @@ bool kvpe_replay_serve(struct kvpe_replay *r)
 
 /* ------------------------------------------------------------ lifetime */
 
-static int sock_opts(void *s)
+static int sock_opts(void *s, uint32_t stall_ms)
 {
 	int one = 1, sndhwm = SNDHWM, rcvhwm = RCVHWM, zero = 0;
-	int sndbuf = SNDBUF;
+	int sndbuf = SNDBUF, maxrt = (int)stall_ms;
 	int64_t maxmsg = MAXMSGSIZE;
 
 	if (zmq_setsockopt(s, ZMQ_ROUTER_MANDATORY, &one, sizeof(one)) ||
@@ -556,13 +564,15 @@ static int sock_opts(void *s)
 	    zmq_setsockopt(s, ZMQ_RCVHWM, &rcvhwm, sizeof(rcvhwm)) ||
 	    zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &maxmsg, sizeof(maxmsg)) ||
 	    zmq_setsockopt(s, ZMQ_SNDBUF, &sndbuf, sizeof(sndbuf)) ||
+	    zmq_setsockopt(s, ZMQ_TCP_MAXRT, &maxrt, sizeof(maxrt)) ||
 	    zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof(zero)))
 		return errno ? -errno : -EIO;
 	return 0;
 }
 
 int kvpe_replay_create(void *zctx, const char *endpoint, uint32_t ring_batches,
-		       uint64_t ring_bytes, struct kvpe_replay **out)
+		       uint64_t ring_bytes, uint32_t stall_ms,
+		       struct kvpe_replay **out)
 {
 	struct kvpe_replay *r = calloc(1, sizeof(*r));
 	int rc = -ENOMEM;
@@ -579,7 +589,7 @@ int kvpe_replay_create(void *zctx, const char *endpoint, uint32_t ring_batches,
 		rc = errno ? -errno : -EIO;
 		goto fail;
 	}
-	rc = sock_opts(r->sock);
+	rc = sock_opts(r->sock, stall_ms);
 	if (rc == 0 && zmq_bind(r->sock, endpoint) != 0)
 		rc = errno ? -errno : -EIO;
 	if (rc)
@@ -606,6 +616,7 @@ void kvpe_replay_stats(struct kvpe_replay *r, struct kvpe_replay_stats *st)
 	st->batches = atomic_load_explicit(&r->st_batches,
 					   memory_order_relaxed);
 	st->bytes = atomic_load_explicit(&r->st_bytes, memory_order_relaxed);
+	st->queued = atomic_load_explicit(&r->qtotal, memory_order_relaxed);
 }
 
 void kvpe_replay_close(struct kvpe_replay *r)

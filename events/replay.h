@@ -39,15 +39,18 @@ struct kvpe_replay_stats {
 	uint64_t requests, cut, ignored; /* replays answered, of which cut;
 					    requests ignored */
 	uint64_t batches, bytes;	 /* held by the ring */
+	uint64_t queued;		 /* bytes of replay messages queued */
 };
 
 /*
  * Opens the ROUTER socket in zctx, bound to endpoint, and a ring of
- * ring_batches slots holding at most ring_bytes bytes.  Errors: -ENOMEM,
- * the errno of zmq_socket or zmq_bind.
+ * ring_batches slots holding at most ring_bytes bytes.  A client whose
+ * connection takes no byte for stall_ms is disconnected.  Errors:
+ * -ENOMEM, the errno of zmq_socket or zmq_bind.
  */
 int kvpe_replay_create(void *zctx, const char *endpoint, uint32_t ring_batches,
-		       uint64_t ring_bytes, struct kvpe_replay **out);
+		       uint64_t ring_bytes, uint32_t stall_ms,
+		       struct kvpe_replay **out);
 /* The ROUTER socket (for zmq_poll and kvp_pub_endpoint). */
 void *kvpe_replay_socket(struct kvpe_replay *r);
 /* Keeps batch seq (the next one) for replay; takes the caller's

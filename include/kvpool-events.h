@@ -30,19 +30,45 @@
  * that asks for a seq that left the ring gets the batches from the oldest
  * one kept, and sees the gap in the first seq it receives.
  *
- * The replay socket is a bounded service that no client can use to
- * exhaust the node's memory, starve its publishing or hold up
- * kvp_pub_destroy: batches are shared by reference (never copied per
- * client); at most 256 replays run at once (beyond that a request gets
- * the end marker alone); a client holds at most 1 MiB (or one batch)
- * and 256 messages queued, all clients together 32 MiB; the publisher
- * thread interleaves one batch with a bounded share of replay work.  A
- * replay that makes no progress for 2 s (the client does not read, or
- * the bounds are taken) is cut short: it still ends with the end marker,
- * after the batches it sent, so a client sees a shorter replay (and asks
- * again from where it stopped), never a hang; kvp_pub_stats counts it.
- * A request from a client whose previous replay still runs is ignored;
- * frames over 64 bytes disconnect their sender.
+ * Both sockets are bounded services: no client can use one to exhaust
+ * the node's memory, starve its publishing or hold up kvp_pub_destroy,
+ * whatever it sends or withholds.  Memory in bytes, with their defaults:
+ *
+ *   replay ring       ring_bytes (64 MiB): the batches kept for replay
+ *   PUB, a subscriber sub_bytes (16 MiB, or one batch) queued for it;
+ *                     past it, that subscriber misses batches (it sees the
+ *                     gap in seq and replays it), counted in sub_overflows
+ *   PUB, in all       pub_bytes (64 MiB) queued for all subscribers; past
+ *                     it, a batch goes to no subscriber (it stays in the
+ *                     replay ring), counted in pub_dropped
+ *   replay, a client  128 KiB (or one batch) and 256 messages queued
+ *   replay, in all    32 MiB queued for all clients
+ *   producer buffers  thread_buffer_kib (1 MiB) per producer thread
+ *
+ * Batches are shared by reference by the ring and every message that
+ * carries them, never copied per client, so these bounds overlap.  A
+ * batch holds at most 64 KiB of msgpack: an event that alone would not
+ * fit (over about 500 blocks of 16 tokens) is published as several
+ * events of consecutive blocks, numbered one after another, with the
+ * original's hashes, parents and tokens (a single block of over about
+ * 13,000 tokens cannot fit: it goes to no subscriber, replay serves
+ * it).  The PUB socket's high-water mark is sub_bytes / 64 KiB messages
+ * (or sndhwm if lower).  The kernel holds a socket send buffer more per
+ * connection.  A subscriber or replay client whose connection takes no
+ * byte for stall_ms (10 s) is disconnected and what is queued for it
+ * freed (TCP_USER_TIMEOUT, which Linux 5.11 and later apply to a peer
+ * that stops reading), so a client that stops reading keeps its share
+ * for that long at most.  Frames a subscriber sends over 512 bytes, and
+ * replay request frames over 64, disconnect their sender.
+ *
+ * Replay work is fair: at most 256 replays run at once (beyond that a
+ * request gets the end marker alone); the publisher thread interleaves
+ * one batch with a bounded share of replay work.  A replay that makes no
+ * progress for 2 s (the client does not read, or the bounds are taken)
+ * is cut short: it still ends with the end marker, after the batches it
+ * sent, so a client sees a shorter replay (and asks again from where it
+ * stopped), never a hang; kvp_pub_stats counts it.  A request from a
+ * client whose previous replay still runs is ignored.
  *
  * Threads.  kvp_pub_event_cb is the manager's event callback: it copies
  * the event into the calling thread's own buffer (no lock, no allocation
@@ -54,8 +80,8 @@
  * the manager's order: STORED before the REMOVED that follows it, CLEARED
  * after every earlier event.  An event that does not fit in its thread's
  * buffer (the publisher is behind) is dropped and counted, never waited
- * for; the PUB socket drops batches for a subscriber past its high-water
- * mark (replay fills those gaps).
+ * for; the PUB socket drops batches for a subscriber past its byte bound
+ * (replay fills those gaps).
  *
  * Synchronisation table:
  *
@@ -99,10 +125,18 @@ struct kvp_pub_config {
 	uint32_t thread_buffer_kib; /* per producer thread; 0 = 1,024 */
 	uint32_t max_batch_events;  /* events per batch; 0 = 256 */
 	int32_t sndhwm;		    /* PUB high-water mark (messages);
-				       0 = 100,000 (vLLM's), < 0 = none */
+				       0 = 100,000 (vLLM's), < 0 = none;
+				       sub_bytes / 64 KiB if lower */
 	uint32_t flags;		    /* KVP_PUB_* */
 	uint64_t ring_bytes;	    /* replay ring's bytes at most;
 				       0 = 64 MiB */
+	uint64_t sub_bytes;	    /* PUB bytes queued for one subscriber
+				       at most (or one batch); 0 = 16 MiB */
+	uint64_t pub_bytes;	    /* PUB bytes queued for all subscribers
+				       at most; 0 = 64 MiB */
+	uint32_t stall_ms;	    /* a peer that takes no byte for this
+				       long is disconnected; 0 = 10,000, at
+				       most 3,600,000 */
 };
 
 struct kvp_pub;
@@ -145,6 +179,14 @@ struct kvp_pub_stats {
 				     peer's previous replay still runs) */
 	uint64_t ring_batches;	  /* batches the replay ring holds */
 	uint64_t ring_bytes;	  /* and their bytes (<= ring_bytes) */
+	uint64_t pub_queued_bytes; /* bytes of batches the PUB socket holds
+				      for its subscribers (<= pub_bytes) */
+	uint64_t pub_dropped;	  /* batches sent to no subscriber: the
+				     PUB socket held pub_bytes, or the
+				     batch was over 64 KiB */
+	uint64_t sub_overflows;	  /* times a subscriber's queue reached
+				     sub_bytes (it missed batches) */
+	uint64_t replay_queued_bytes; /* bytes of replay messages queued */
 };
 
 /* Fills *st (each field a recent value while threads run).  NULL

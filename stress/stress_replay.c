@@ -4,30 +4,44 @@
  * clients, beside an honest one.
  *
  * Usage: stress_replay [seconds] [--hostile N] [--flood REQ/S]
- *                      [--rate EVENTS/S] [--prefill BATCHES]
- *                      [--ring-bytes BYTES]      (defaults: 2 8 1000 500 2000)
+ *                      [--rate EVENTS/S] [--prefill EVENTS]
+ *                      [--ring-bytes BYTES] [--burst MB]
+ *                      [--sub-bytes BYTES] [--pub-bytes BYTES]
+ *        (defaults: 2 100 1000 500 2000 16 MiB 200 (16 under a sanitizer)
+ *         4 MiB 16 MiB)
  *
  * The node (this process) runs a prefix-caching manager whose events go
- * to a publisher with a replay socket on 127.0.0.1, one event per batch.
- * It first publishes --prefill batches; an honest client then asks for a
+ * to a publisher with a replay socket on 127.0.0.1, up to 64 events a
+ * batch.
+ * It first publishes --prefill events; an honest client then asks for a
  * replay from seq 0, which must arrive complete, in order, with its end
- * marker.  A second process then attacks the replay socket for `seconds`:
- * N clients that send a request and never read, a flood of --flood
- * requests per second from 16 clients that never read either, frames of
- * 4 MiB, a request of 1,000 frames, and raw garbage over TCP.  Meanwhile
- * the node's producer commits --rate one-block prompts per second (16
- * token blocks: STORED events, and REMOVED ones as the small pool
- * evicts), and the honest client follows the PUB socket (losing one
- * batch in 100 on purpose) and fills every gap by replay.  Checks:
+ * marker.  A second process then attacks both sockets until the node
+ * kills it: a subscriber that never reads (RCVHWM 1, a 4 KiB receive
+ * buffer); N replay clients that ask for a replay from 0 every half
+ * second and never read; a flood of --flood requests per second from 16
+ * clients that never read either; frames of 4 MiB, a request of 1,000
+ * frames, and raw garbage over TCP.  Meanwhile the node's producer
+ * commits --rate one-block prompts per second for `seconds` (16 token
+ * blocks: STORED events, and REMOVED ones as the small pool evicts), then
+ * a burst of --burst MB of large events (prompts of 256 blocks with their
+ * 4,096 token ids, about 38 KB of batches each), and the honest client
+ * follows the PUB socket (losing one batch in 100 on purpose) and fills
+ * every gap by replay.  Checks:
  *   - no event dropped by the producer;
  *   - the honest client's set of blocks equals the manager's cached set;
  *   - a client that reads nothing for 3.5 s gets a cut replay: a prefix,
  *     then the end marker, counted in the stats;
+ *   - the subscriber that never reads overflowed its bound, counted;
+ *   - with the N idle clients holding what they may, the honest client
+ *     asks for a replay of the whole ring and gets it, complete, in one
+ *     replay;
  *   - kvp_pub_destroy, called while the attack goes on, returns within
  *     1 s;
  *   - the node's RSS (with the honest and slow clients in it) grew by at
- *     most ring_bytes + 64 MB from before the first client connected (not checked under a sanitizer, whose
- *     shadow memory is not the node's).
+ *     most the documented byte bounds (ring_bytes, pub_bytes, the replay
+ *     clients' 32 MiB, the producer's buffer) plus 64 MB from before the
+ *     first client connected (not checked under a sanitizer, whose shadow
+ *     memory is not the node's).
  * Every loop is bounded in count and time.
  */
 #define STRESS_PROG "stress_replay"
@@ -41,6 +55,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -64,14 +79,26 @@
 #define SET_SLOTS (1u << 17)
 #include "events_set.h" /* after SET_SLOTS */
 
+#define BIG_BLOCKS 256u /* blocks of a burst prompt */
+#define BIG_PROMPTS 32u /* burst prompts, cycled: 8,192 blocks, twice the
+			   pool, so LRU has evicted a prompt when it comes
+			   back */
+#define REPLAY_TOTAL (32ull << 20) /* all replay clients (kvpool-events.h) */
+
 static struct opts {
-	unsigned seconds, hostile, flood, rate, prefill;
-	uint64_t ring_bytes;
-} o = {2, 8, 1000, 500, 2000, 0};
+	unsigned seconds, hostile, flood, rate, prefill, burst;
+	uint64_t ring_bytes, sub_bytes, pub_bytes;
+} o = {2, 100, 1000, 500, 2000, SANITIZED ? 16 : 200, 16u << 20, 4u << 20,
+       16u << 20};
 
 static struct kvp_manager *mgr;
 static struct kvp_pub *pub;
-static char ep_pub[256], ep_rep[256];
+/* The endpoints, as the node hands them to the attacker. */
+static struct eps {
+	char rep[256], pub[256];
+} ep;
+#define ep_pub ep.pub
+#define ep_rep ep.rep
 
 static double now_s(void)
 {
@@ -132,6 +159,52 @@ static void commit_one(void)
 		fail("free: %s\n", kvp_strerror(rc));
 }
 
+static struct kvp_hash big_h[BIG_PROMPTS][BIG_BLOCKS];
+
+static void big_tokens(uint32_t k, uint32_t *tok)
+{
+	/* Over 65,535: five bytes each in msgpack. */
+	for (uint32_t i = 0; i < BIG_BLOCKS * BT; i++)
+		tok[i] = 0x10000000u + k * BIG_BLOCKS * BT + i;
+}
+
+static void big_init(void)
+{
+	static uint32_t tok[BIG_BLOCKS * BT];
+
+	for (uint32_t k = 0; k < BIG_PROMPTS; k++) {
+		big_tokens(k, tok);
+		if (kvp_hash_blocks(KVP_HASH_SHA256_CBOR, NULL, NULL, tok,
+				    BIG_BLOCKS * BT, BT,
+				    big_h[k]) != (int)BIG_BLOCKS)
+			fail("kvp_hash_blocks (big)\n");
+	}
+}
+
+/* Burst prompt k (mod BIG_PROMPTS) committed and freed: one STORED event
+ * of 256 blocks with their token ids, and REMOVED ones as it evicts. */
+static void commit_big(uint32_t k)
+{
+	static uint32_t tok[BIG_BLOCKS * BT];
+	struct kvp_commit_info info = {.lora_id = -1};
+	uint64_t id = next_prompt++;
+	uint32_t cached;
+	int rc;
+
+	k %= BIG_PROMPTS;
+	big_tokens(k, tok);
+	rc = kvp_seq_create_cached(mgr, id, big_h[k], BIG_BLOCKS,
+				   BIG_BLOCKS * BT, &cached);
+	if (rc)
+		fail("create_cached (big): %s\n", kvp_strerror(rc));
+	info.tokens = tok;
+	info.ntokens = BIG_BLOCKS * BT;
+	if ((rc = kvp_seq_commit_ex(mgr, id, big_h[k], BIG_BLOCKS, &info)) < 0)
+		fail("commit_ex (big): %s\n", kvp_strerror(rc));
+	if ((rc = kvp_seq_free(mgr, id)))
+		fail("free: %s\n", kvp_strerror(rc));
+}
+
 /* ------------------------------------------------------------ honest */
 
 static void apply_hashes(const msgpack_object *hs, bool stored)
@@ -185,6 +258,7 @@ static uint64_t be64(const unsigned char *b)
 
 static char payload[1 << 20];
 static uint64_t applied;	  /* batches [0, applied) applied */
+static _Atomic uint64_t honest_at; /* applied, for the burst's pacing */
 static uint64_t replays, replay_batches;
 
 /*
@@ -224,7 +298,7 @@ static uint64_t replay_from(void *req)
 			     (unsigned long long)be64(seqb),
 			     (unsigned long long)applied);
 		apply_batch(payload, (size_t)n);
-		applied++;
+		atomic_store(&honest_at, ++applied);
 		got++;
 	}
 	fail("replay: no end marker in 30 s\n");
@@ -232,22 +306,26 @@ static uint64_t replay_from(void *req)
 
 /* Batch seq (in payload[0..n) if have): applied if it is the next; a
  * gap is filled by replay first (a cut replay is asked again, at most
- * 100 times). */
+ * 100 times and for 20 s). */
 static void follow(void *req, uint64_t seq, int n, bool have)
 {
-	for (int tries = 0; seq > applied && tries < 100; tries++)
+	double end = now_s() + 20;
+
+	for (int tries = 0; seq > applied && tries < 100 && now_s() < end;
+	     tries++)
 		if (replay_from(req) == 0)
 			sleep_s(0.05); /* refused or cut at once: later */
 	if (seq > applied)
-		fail("gap before %llu not filled by replay\n",
-		     (unsigned long long)seq);
+		fail("gap before %llu not filled by replay (at %llu)\n",
+		     (unsigned long long)seq, (unsigned long long)applied);
 	if (have && seq == applied) {
 		apply_batch(payload, (size_t)n);
-		applied++;
+		atomic_store(&honest_at, ++applied);
 	}
 }
 
 static _Atomic uint64_t target = UINT64_MAX; /* batches to reach */
+static uint64_t pub_got_bytes; /* payload bytes the honest client got */
 
 static void *honest(void *arg)
 {
@@ -267,9 +345,13 @@ static void *honest(void *arg)
 			     (unsigned long long)applied,
 			     (unsigned long long)atomic_load(&target));
 		if (zmq_recv(sub, topic, sizeof(topic), 0) < 0) {
-			if (atomic_load(&target) != UINT64_MAX &&
-			    applied < atomic_load(&target))
-				follow(req, atomic_load(&target), 0, false);
+			struct kvp_pub_stats st;
+
+			/* Quiet for 100 ms: what it missed (its queue
+			 * overflowed, say) comes by replay. */
+			kvp_pub_stats(pub, &st);
+			if (applied < st.batches)
+				follow(req, st.batches, 0, false);
 			continue;
 		}
 		if (zmq_recv(sub, seqb, 8, 0) != 8)
@@ -277,12 +359,50 @@ static void *honest(void *arg)
 		n = zmq_recv(sub, payload, sizeof(payload), 0);
 		if (n < 0 || n > (int)sizeof(payload))
 			fail("payload frame\n");
+		pub_got_bytes += (uint64_t)n;
 		/* One PUB batch in 100 is lost: replay must fill it in. */
 		if (be64(seqb) % 100 == 50 && be64(seqb) == applied)
 			continue;
 		follow(req, be64(seqb), n, true);
 	}
 	return NULL;
+}
+
+/*
+ * Asks for a replay of batches [from, to) (the whole ring, once the
+ * producer has stopped) and counts what comes, which must be each of
+ * them in order, then the end marker.  Returns the batches received
+ * (report checks that they are all), their seconds in *secs.
+ */
+static uint64_t replay_whole(void *req, uint64_t from, uint64_t to,
+			     double *secs)
+{
+	unsigned char seqb[8];
+	uint64_t next = from;
+	double t0 = now_s();
+
+	for (int i = 0; i < 8; i++)
+		seqb[i] = (unsigned char)(from >> (56 - 8 * i));
+	if (zmq_send(req, "", 0, ZMQ_SNDMORE) != 0 ||
+	    zmq_send(req, seqb, 8, 0) != 8)
+		fail("replay request: %s\n", zmq_strerror(errno));
+	while (now_s() < t0 + 30) {
+		if (zmq_recv(req, seqb, 8, 0) != 0 ||
+		    zmq_recv(req, seqb, 8, 0) != 8 ||
+		    zmq_recv(req, payload, sizeof(payload), 0) < 0)
+			fail("whole-ring replay: no answer after %llu of %llu "
+			     "batches\n", (unsigned long long)(next - from),
+			     (unsigned long long)(to - from));
+		if (be64(seqb) == UINT64_MAX)
+			break;
+		if (be64(seqb) != next)
+			fail("whole-ring replay: seq %llu, expected %llu\n",
+			     (unsigned long long)be64(seqb),
+			     (unsigned long long)next);
+		next++;
+	}
+	*secs = now_s() - t0;
+	return next - from;
 }
 
 /* ------------------------------------------------------------ slow */
@@ -327,20 +447,22 @@ static void *slow_client(void *ctx)
 
 /* ------------------------------------------------------------ hostile */
 
-static void *zsock(void *ctx, int type, int rcvhwm)
+/* A socket of the attacker's that reads nothing (RCVHWM 1, a small
+ * receive buffer), connected to endpoint. */
+static void *zsock(void *ctx, int type, const char *endpoint)
 {
 	void *s = zmq_socket(ctx, type);
-	int zero = 0, small = 1024;
+	int zero = 0, one = 1, small = 1024;
 
 	if (!s)
 		fail("zmq_socket: %s\n", zmq_strerror(errno));
 	zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof(zero));
-	if (rcvhwm > 0) {
-		zmq_setsockopt(s, ZMQ_RCVHWM, &rcvhwm, sizeof(rcvhwm));
-		zmq_setsockopt(s, ZMQ_RCVBUF, &small, sizeof(small));
-	}
-	if (zmq_connect(s, ep_rep))
-		fail("connect %s\n", ep_rep);
+	zmq_setsockopt(s, ZMQ_RCVHWM, &one, sizeof(one));
+	zmq_setsockopt(s, ZMQ_RCVBUF, &small, sizeof(small));
+	if (type == ZMQ_SUB)
+		zmq_setsockopt(s, ZMQ_SUBSCRIBE, "", 0);
+	if (zmq_connect(s, endpoint))
+		fail("connect %s\n", endpoint);
 	return s;
 }
 
@@ -373,25 +495,34 @@ static void garbage(uint64_t *rs)
 	close(fd);
 }
 
-/* The attack, in its own process, for at most seconds + 10 s (the node
+/* The attack, in its own process, for at most two minutes (the node
  * kills it sooner). */
 static void hostile(void)
 {
-	void *ctx = zmq_ctx_new(), *flooders[16], *big, *many;
-	double end = now_s() + o.seconds + 10, next_big = 0;
+	void *ctx = zmq_ctx_new(), *flooders[16], *big, *many, *sub;
+	static void *idle[1000];
+	double end = now_s() + 120, next_big = 0, next_idle = 0;
 	static char huge[4 << 20];
 	uint64_t sent = 0, rs = 42;
 	double t0 = now_s();
 
+	sub = zsock(ctx, ZMQ_SUB, ep_pub); /* and never reads */
 	for (unsigned i = 0; i < o.hostile; i++)
-		request(zsock(ctx, ZMQ_DEALER, 1), 0); /* and never read */
+		idle[i] = zsock(ctx, ZMQ_DEALER, ep_rep);
 	for (int i = 0; i < 16; i++)
-		flooders[i] = zsock(ctx, ZMQ_DEALER, 1);
-	big = zsock(ctx, ZMQ_DEALER, 1);
-	many = zsock(ctx, ZMQ_DEALER, 1);
+		flooders[i] = zsock(ctx, ZMQ_DEALER, ep_rep);
+	big = zsock(ctx, ZMQ_DEALER, ep_rep);
+	many = zsock(ctx, ZMQ_DEALER, ep_rep);
 	while (now_s() < end) {
 		uint64_t due = (uint64_t)((now_s() - t0) * o.flood);
 
+		/* Again and again: a request after a replay's end starts a
+		 * new one, and these never read. */
+		if (now_s() >= next_idle) {
+			for (unsigned i = 0; i < o.hostile; i++)
+				request(idle[i], 0);
+			next_idle = now_s() + 0.5;
+		}
 		for (; sent < due; sent++)
 			request(flooders[sent % 16], rnd(&rs) % 4 ? 0 : sent);
 		if (now_s() >= next_big) {
@@ -405,6 +536,7 @@ static void hostile(void)
 		}
 		sleep_s(0.002);
 	}
+	(void)sub;
 	_exit(0);
 }
 
@@ -432,11 +564,18 @@ static void parse(int argc, char **argv)
 			o.prefill = (unsigned)atoi(v);
 		else if (!strcmp(a, "--ring-bytes"))
 			o.ring_bytes = strtoull(v, NULL, 0);
+		else if (!strcmp(a, "--burst"))
+			o.burst = (unsigned)atoi(v);
+		else if (!strcmp(a, "--sub-bytes"))
+			o.sub_bytes = strtoull(v, NULL, 0);
+		else if (!strcmp(a, "--pub-bytes"))
+			o.pub_bytes = strtoull(v, NULL, 0);
 		else
 			fail("unknown option %s\n", a);
 	}
 	if (o.seconds < 1 || o.seconds > 600 || o.hostile > 1000 ||
-	    o.rate > 100000 || o.flood > 100000 || o.prefill > 1000000)
+	    o.rate > 100000 || o.flood > 100000 || o.prefill > 1000000 ||
+	    o.burst > 100000 || !o.ring_bytes || !o.sub_bytes || !o.pub_bytes)
 		fail("options out of range\n");
 }
 
@@ -459,9 +598,12 @@ static void node_start(void)
 	cfg.endpoint = "tcp://127.0.0.1:*";
 	cfg.replay_endpoint = "tcp://127.0.0.1:*";
 	cfg.sndhwm = -1;
-	cfg.max_batch_events = 1;
+	/* Several events a batch: the burst's are large. */
+	cfg.max_batch_events = 64;
 	cfg.ring_batches = 1u << 20;
 	cfg.ring_bytes = o.ring_bytes;
+	cfg.sub_bytes = o.sub_bytes;
+	cfg.pub_bytes = o.pub_bytes;
 	if ((rc = kvp_pub_create(&cfg, &pub)))
 		fail("kvp_pub_create: %s\n", kvp_strerror(rc));
 	if (kvp_pub_endpoint(pub, 0, ep_pub, sizeof(ep_pub)) ||
@@ -487,6 +629,52 @@ static void produce(uint64_t *peak)
 	}
 }
 
+/* Waits (at most 30 s) until the honest client is less than half the
+ * replay ring behind, so that replay can fill any gap it has. */
+static void burst_pace(void)
+{
+	struct kvp_pub_stats st;
+	double end = now_s() + 30;
+
+	kvp_pub_stats(pub, &st);
+	while (st.batches - atomic_load(&honest_at) > st.ring_batches / 2) {
+		if (now_s() > end)
+			fail("the honest client is stuck at %llu of %llu\n",
+			     (unsigned long long)atomic_load(&honest_at),
+			     (unsigned long long)st.batches);
+		sleep_s(0.001);
+	}
+}
+
+/*
+ * The burst: o.burst MB of large events, at most 100 MB/s and as fast as
+ * the honest client follows, flushed every few prompts so that the
+ * producer's buffer never overflows; the peak RSS in *peak.  Returns the
+ * prompts committed.
+ */
+static uint64_t burst(uint64_t *peak)
+{
+	const double per = 38e3; /* bytes of batches per prompt, about */
+	uint64_t n = (uint64_t)(o.burst * 1e6 / per);
+	double t0 = now_s();
+
+	for (uint64_t i = 0; i < n; i++) {
+		uint64_t r;
+
+		commit_big((uint32_t)i);
+		if (i % 8 == 7) {
+			if (kvp_pub_flush(pub, 30000))
+				fail("flush timed out\n");
+			burst_pace();
+		}
+		while ((double)(i + 1) * per > (now_s() - t0) * 100e6)
+			sleep_s(0.001);
+		r = rss_bytes();
+		*peak = r > *peak ? r : *peak;
+	}
+	return n;
+}
+
 /* The manager's cached set equals the honest client's. */
 static void check_set(void)
 {
@@ -510,13 +698,15 @@ static void check_set(void)
 /* The honest client's sockets; the first replay (of the prefill). */
 static void honest_start(void *ctx, void *socks[2])
 {
-	int zero = 0, tmo = 100, rtmo = 10000;
+	int zero = 0, tmo = 100, rtmo = 10000, hwm = 256;
 	struct kvp_pub_stats st;
 	uint64_t got;
 
 	socks[0] = zmq_socket(ctx, ZMQ_SUB);
 	socks[1] = zmq_socket(ctx, ZMQ_DEALER);
-	zmq_setsockopt(socks[0], ZMQ_RCVHWM, &zero, sizeof(zero));
+	/* Bounded here too (it is in the node's RSS): a batch it misses
+	 * is a gap that replay fills. */
+	zmq_setsockopt(socks[0], ZMQ_RCVHWM, &hwm, sizeof(hwm));
 	zmq_setsockopt(socks[0], ZMQ_SUBSCRIBE, "", 0);
 	zmq_setsockopt(socks[0], ZMQ_RCVTIMEO, &tmo, sizeof(tmo));
 	zmq_setsockopt(socks[1], ZMQ_RCVTIMEO, &rtmo, sizeof(rtmo));
@@ -537,15 +727,35 @@ static void honest_start(void *ctx, void *socks[2])
 	if (got != st.batches || applied != st.batches)
 		fail("the first replay brought %llu of %llu batches\n",
 		     (unsigned long long)got, (unsigned long long)st.batches);
-	printf(STRESS_PROG ": replay of %llu one-event batches: complete, in "
+	printf(STRESS_PROG ": replay of %llu batches: complete, in "
 	       "order, end marker\n", (unsigned long long)got);
 }
 
-/* The run's line, then the checks of the destroy time and the RSS. */
+/* What the burst and the whole-ring replay showed. */
+static struct burst_result {
+	uint64_t prompts, whole, whole_got;
+	uint64_t idle_queued; /* replay bytes queued before the replay */
+	double whole_s;
+} br;
+
+/* The run's lines, then the checks of the destroy time and the RSS. */
 static void report(const struct kvp_pub_stats *sp, uint64_t grew,
 		   uint64_t budget, double t)
 {
 	struct kvp_pub_stats st = *sp;
+
+	printf(STRESS_PROG ": burst of %u MB (%llu prompts of %u blocks, "
+	       "%.1f MB to the honest subscriber): the subscriber that never "
+	       "reads overflowed %llu times; %llu batches went to no "
+	       "subscriber; whole-ring replay beside %u idle clients "
+	       "(holding %.1f MB): %llu of %llu batches in %.2f s\n",
+	       o.burst, (unsigned long long)br.prompts, BIG_BLOCKS,
+	       (double)pub_got_bytes / 1e6,
+	       (unsigned long long)st.sub_overflows,
+	       (unsigned long long)st.pub_dropped, o.hostile,
+	       (double)br.idle_queued / 1e6,
+	       (unsigned long long)br.whole_got,
+	       (unsigned long long)br.whole, br.whole_s);
 
 	printf(STRESS_PROG ": %u s, %u hostile, %u req/s flood, %u events/s: "
 	       "%llu batches, 0 dropped; honest set of %llu blocks exact "
@@ -564,10 +774,15 @@ static void report(const struct kvp_pub_stats *sp, uint64_t grew,
 	       (unsigned long long)st.ring_bytes,
 	       (double)grew / 1e6,
 	       (double)budget / 1e6, SANITIZED ? ", not checked" : "", t);
+	fflush(stdout); /* fail() exits at once */
 	if (t > 1.0)
 		fail("kvp_pub_destroy took %.3f s\n", t);
 	if (!SANITIZED && grew > budget)
 		fail("RSS grew by %llu bytes\n", (unsigned long long)grew);
+	if (o.burst && st.sub_overflows == 0)
+		fail("the subscriber that never reads never overflowed\n");
+	if (br.whole_got != br.whole)
+		fail("the whole-ring replay was not complete\n");
 }
 
 int main(int argc, char **argv)
@@ -581,7 +796,7 @@ int main(int argc, char **argv)
 	double t;
 
 	parse(argc, argv);
-	budget = (o.ring_bytes ? o.ring_bytes : 64ull << 20) + (64ull << 20);
+	big_init();
 	if (pipe(fds))
 		fail("pipe\n");
 	/* Before any thread: the attacker is a process of its own. */
@@ -589,8 +804,12 @@ int main(int argc, char **argv)
 	if (child < 0)
 		fail("fork\n");
 	if (child == 0) {
+		/* Gone with the node, however it ends. */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getppid() == 1)
+			_exit(0);
 		close(fds[1]);
-		if (read(fds[0], ep_rep, sizeof(ep_rep) - 1) <= 0)
+		if (read(fds[0], &ep, sizeof(ep)) != (ssize_t)sizeof(ep))
 			_exit(0);
 		hostile();
 	}
@@ -599,12 +818,14 @@ int main(int argc, char **argv)
 	rss0 = rss_bytes(); /* before any client connects */
 	ctx = zmq_ctx_new();
 	honest_start(ctx, socks);
-	if (write(fds[1], ep_rep, strlen(ep_rep)) < 0)
+	/* One write under PIPE_BUF: read whole. */
+	if (write(fds[1], &ep, sizeof(ep)) != (ssize_t)sizeof(ep))
 		fail("write\n");
 	pthread_create(&tid, NULL, honest, socks);
 	pthread_create(&slow, NULL, slow_client, ctx);
 	produce(&peak);
 	pthread_join(slow, NULL);
+	br.prompts = burst(&peak);
 	if (kvp_pub_flush(pub, 30000))
 		fail("flush timed out\n");
 	kvp_pub_stats(pub, &st);
@@ -614,10 +835,17 @@ int main(int argc, char **argv)
 	if (st.dropped)
 		fail("%llu events dropped\n", (unsigned long long)st.dropped);
 	kvp_pub_stats(pub, &st);
-	if (slow_got >= o.prefill || st.replays_cut == 0)
+	if (slow_got >= st.batches || st.replays_cut == 0)
 		fail("the slow client's replay was not cut (%llu batches, "
 		     "%llu cut)\n", (unsigned long long)slow_got,
 		     (unsigned long long)st.replays_cut);
+	br.whole = st.ring_batches;
+	br.idle_queued = st.replay_queued_bytes;
+	br.whole_got = replay_whole(socks[1], st.batches - st.ring_batches,
+				    st.batches, &br.whole_s);
+	/* The documented bounds, plus 64 MB. */
+	budget = o.ring_bytes + o.pub_bytes + REPLAY_TOTAL +
+		 (uint64_t)st.threads * (1u << 20) + (64ull << 20);
 	kvp_manager_set_event_cb(mgr, NULL, NULL);
 	t = now_s();
 	kvp_pub_destroy(pub); /* the attack still goes on */

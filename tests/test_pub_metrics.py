@@ -19,7 +19,9 @@ PUB = {"kvpool_events_published", "kvpool_events_dropped",
        "kvpool_events_batches", "kvpool_events_producer_threads",
        "kvpool_events_replays_served", "kvpool_events_replays_cut",
        "kvpool_events_replays_ignored", "kvpool_events_replay_ring_batches",
-       "kvpool_events_replay_ring_bytes"}
+       "kvpool_events_replay_ring_bytes", "kvpool_events_pub_queued_bytes",
+       "kvpool_events_pub_dropped", "kvpool_events_subscriber_overflows",
+       "kvpool_events_replay_queued_bytes"}
 
 
 def run(driver, *args):
@@ -48,6 +50,8 @@ def main():
     assert core_events == [2], core_events
     assert val["kvpool_events_published_total"] == 2, val
     assert val["kvpool_events_dropped_total"] == 0, val
+    assert val["kvpool_events_pub_dropped_total"] == 0, val
+    assert val["kvpool_events_subscriber_overflows_total"] == 0, val
     assert val["kvpool_events_batches_total"] >= 1, val
     prom = run(driver, "--prometheus")
     assert "# EOF" not in prom
