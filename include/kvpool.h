@@ -375,8 +375,10 @@ struct kvp_manager_config {
 	uint32_t max_pinned;
 	/* The manager's name: the `manager` label of its metrics
 	 * (kvp_metrics_write).  1 to KVP_NAME_MAX - 1 bytes of UTF-8 with
-	 * no control characters, copied; NULL = its id in decimal
-	 * (kvp_manager_id). */
+	 * no control characters (C0, DEL, C1), copied; NULL = its id in
+	 * decimal (kvp_manager_id).  Checked strictly: an overlong form, a
+	 * surrogate (U+D800 to U+DFFF), a code point above U+10FFFF or a
+	 * truncated sequence is -EINVAL. */
 	const char *name;
 };
 

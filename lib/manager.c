@@ -30,17 +30,61 @@
 /* Managers                                                            */
 /* ------------------------------------------------------------------ */
 
-/* A metrics label value: 1 to KVP_NAME_MAX - 1 bytes, no control
- * characters (which a scrape would have to escape or could not carry). */
+/*
+ * The length of the UTF-8 character at s[0..n), or 0 if it is not one:
+ * strictly (RFC 3629), so no overlong form, no surrogate (U+D800 to
+ * U+DFFF), nothing above U+10FFFF, no truncated sequence.  *cp gets its
+ * code point.
+ */
+static size_t utf8_char(const unsigned char *s, size_t n, uint32_t *cp)
+{
+	size_t len;
+	uint32_t c = s[0], min;
+
+	if (c < 0x80) {
+		*cp = c;
+		return 1;
+	}
+	if (c >= 0xc2 && c <= 0xdf)
+		len = 2;
+	else if (c >= 0xe0 && c <= 0xef)
+		len = 3;
+	else if (c >= 0xf0 && c <= 0xf4)
+		len = 4;
+	else
+		return 0; /* a continuation byte, 0xc0, 0xc1 or over 0xf4 */
+	c &= 0x7fu >> len; /* the lead byte's payload bits */
+	min = len == 2 ? 0x80 : len == 3 ? 0x800 : 0x10000;
+	if (len > n)
+		return 0;
+	for (size_t i = 1; i < len; i++) {
+		if ((s[i] & 0xc0) != 0x80)
+			return 0;
+		c = c << 6 | (s[i] & 0x3f);
+	}
+	if (c < min || c > 0x10ffff || (c >= 0xd800 && c <= 0xdfff))
+		return 0;
+	*cp = c;
+	return len;
+}
+
+/* A metrics label value: 1 to KVP_NAME_MAX - 1 bytes of UTF-8 (strict,
+ * as utf8_char), no control characters (C0, DEL or C1: a scrape would
+ * have to escape them or could not carry them). */
 static int validate_name(const char *name)
 {
+	const unsigned char *s = (const unsigned char *)name;
 	size_t n = strnlen(name, KVP_NAME_MAX);
 
 	if (n == 0 || n == KVP_NAME_MAX)
 		return -EINVAL;
-	for (size_t i = 0; i < n; i++)
-		if ((unsigned char)name[i] < 0x20 || name[i] == 0x7f)
+	for (size_t i = 0, len; i < n; i += len) {
+		uint32_t cp;
+
+		len = utf8_char(s + i, n - i, &cp);
+		if (len == 0 || cp < 0x20 || (cp >= 0x7f && cp <= 0x9f))
 			return -EINVAL;
+	}
 	return 0;
 }
 

@@ -2,10 +2,11 @@
 /*
  * check_metrics.c - kvp_metrics_write / kvp_metrics_format: argument
  * checks that change nothing, the buffer protocol (-ENOSPC with the
- * length), write errors, manager names and ids, the counters the metrics
- * added (commits left uncached, events), escaping, and the block states
- * summing to the pool's size.  bindings/python/tests/test_metrics.py
- * parses the text with prometheus_client and checks the golden families.
+ * length), write errors, manager names (strict UTF-8) and ids, the
+ * counters the metrics added (commits left uncached, events), escaping,
+ * and the block states summing to the pool's size.
+ * bindings/python/tests/test_metrics.py parses the text with
+ * prometheus_client and checks the golden families.
  */
 #include <pthread.h>
 
@@ -179,6 +180,74 @@ START_TEST(test_names_and_ids)
 }
 END_TEST
 
+/* Names are UTF-8, strictly: each form refused with -EINVAL (nothing
+ * created), each boundary code point taken and reported as given. */
+START_TEST(test_names_utf8)
+{
+	struct kvp_pool *p = mkpool(64, 0, 0, NULL);
+	struct kvp_manager_config c = {.pool = p};
+	struct kvp_manager *m = NULL;
+	char name[KVP_NAME_MAX];
+	static const char *const bad[] = {
+		"\xff\xfe",		 /* bytes UTF-8 never uses */
+		"a\xfe", "\xf8\x88\x80\x80\x80", /* 5-byte form */
+		"\xfc\x84\x80\x80\x80\x80",	     /* 6-byte form */
+		"\x80", "a\xbf" "b",	 /* a continuation byte alone */
+		"ab\xc0\x80",		 /* overlong NUL */
+		"\xc1\xbf",		 /* overlong U+007F */
+		"\xe0\x80\x80", "\xe0\x9f\xbf",	/* overlong 3-byte */
+		"\xf0\x80\x80\x80", "\xf0\x8f\xbf\xbf", /* overlong 4-byte */
+		"\xed\xa0\x80", "\xed\xbf\xbf",	/* surrogates */
+		"\xed\xa0\xbd\xed\xb8\x80",	/* a CESU-8 pair */
+		"\xf4\x90\x80\x80", "\xf5\x80\x80\x80", /* > U+10FFFF */
+		"a\xc3", "\xe2\x82", "x\xf0\x9f\x98", /* truncated */
+		"\xc3\x28", "\xe2\x28\xa1",	/* a bad continuation */
+		"\xc2\x80", "\xc2\x85", "\xc2\x9f", /* C1 controls */
+	};
+	static const char *const good[] = {
+		"\xc2\xa0",	     /* U+00A0, after the C1 controls */
+		"caf\xc3\xa9",	     /* U+00E9 */
+		"\xdf\xbf",	     /* U+07FF, the last 2-byte */
+		"\xe0\xa0\x80",    /* U+0800, the first 3-byte */
+		"\xe2\x82\xac",    /* U+20AC */
+		"\xed\x9f\xbf",    /* U+D7FF, before the surrogates */
+		"\xee\x80\x80",    /* U+E000, after them */
+		"\xef\xbf\xbf",    /* U+FFFF */
+		"\xf0\x90\x80\x80", /* U+10000, the first 4-byte */
+		"\xf0\x9f\x98\x80", /* U+1F600 */
+		"\xf4\x8f\xbf\xbf", /* U+10FFFF, the last */
+		"~",		     /* U+007E, before DEL */
+	};
+
+	for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
+		c.name = bad[i];
+		m = NULL;
+		ck_assert_msg(kvp_manager_create(&c, &m) == -EINVAL,
+			      "bad name %zu taken", i);
+		ck_assert_ptr_null(m);
+	}
+	for (size_t i = 0; i < ARRAY_SIZE(good); i++) {
+		m = mkmgr(p, good[i], 0);
+		ck_assert_str_eq(kvp_manager_name(m), good[i]);
+		kvp_manager_destroy(m);
+	}
+	/* The longest name ends with a whole 4-byte character; one byte
+	 * cut from it is a truncated sequence. */
+	memset(name, 'x', sizeof(name));
+	memcpy(name + KVP_NAME_MAX - 5, "\xf0\x9f\x98\x80", 4);
+	name[KVP_NAME_MAX - 1] = '\0';
+	m = mkmgr(p, name, 0);
+	ck_assert_str_eq(kvp_manager_name(m), name);
+	kvp_manager_destroy(m);
+	name[KVP_NAME_MAX - 2] = '\0';
+	c.name = name;
+	m = NULL;
+	ck_assert_int_eq(kvp_manager_create(&c, &m), -EINVAL);
+	ck_assert_ptr_null(m);
+	kvp_pool_unref(p);
+}
+END_TEST
+
 static void count_event(const struct kvp_event *ev, void *arg)
 {
 	(void)ev;
@@ -294,6 +363,7 @@ static Suite *metrics_suite(void)
 	tcase_add_test(tc, test_bad_args);
 	tcase_add_test(tc, test_buffer_protocol);
 	tcase_add_test(tc, test_names_and_ids);
+	tcase_add_test(tc, test_names_utf8);
 	tcase_add_test(tc, test_counters);
 	tcase_add_test(tc, test_states_sum);
 	suite_add_tcase(s, tc);
