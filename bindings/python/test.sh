@@ -14,6 +14,7 @@ else
 	echo "python: NumPy not importable: exports tested as lists only"
 fi
 py "$s/bindings/python/tests/test_threads.py"
+py "$s/bindings/python/tests/test_limits.py" 2>&1
 py "$s/examples/scheduler.py" >/dev/null
 echo "python: examples/scheduler.py ran"
 # The README's example, as written.

@@ -240,6 +240,12 @@ def _u64(values):
     return ffi.new("uint64_t[]", values), len(values), None
 
 
+# Counts up to this size their buffers from the caller's number; larger
+# ones from what the call can return (the pool's blocks, the sequence's
+# tokens), so that a huge number is an error from C, not a MemoryError.
+_SMALL = 4096
+
+
 def _out(kind, n):
     """An output array of n int32/int64 elements and its C pointer."""
     if np is not None:
@@ -450,7 +456,10 @@ class Pool:
     def alloc(self, n):
         """Allocates n blocks (all or nothing; NoSpace) and returns their
         ids, each with one reference."""
-        ids = ffi.new("uint32_t[]", max(n, 1))
+        # A buffer for what can be returned, not for n: more than the
+        # pool's blocks fails with NoSpace in C, writing no id.
+        size = n if n <= _SMALL else min(n, self.num_blocks)
+        ids = ffi.new("uint32_t[]", max(size, 1))
         _check(lib.kvp_pool_alloc(self._p, n, ids), "alloc")
         return list(ids[0:n])
 
@@ -553,7 +562,13 @@ class Manager:
         if name is not None:
             if not isinstance(name, str):
                 raise InvalidArgument(22, "name must be a str")
-            cname = ffi.new("char[]", name.encode("utf-8"))
+            if "\0" in name:  # C would see the name end there
+                raise InvalidArgument(22, "Manager: name contains NUL")
+            try:
+                cname = ffi.new("char[]", name.encode("utf-8"))
+            except UnicodeEncodeError:  # a lone surrogate
+                raise InvalidArgument(22, "Manager: name is not valid "
+                                      "Unicode") from None
             cfg.name = cname
         out = ffi.new("struct kvp_manager **")
         _check(lib.kvp_manager_create(cfg, out), "Manager")
@@ -836,12 +851,20 @@ class Manager:
 
     def evict_until(self, target_util=-1.0, cap=4096):
         """Evicts until utilisation <= target_util (negative: the
-        manager's threshold); returns (victims, target_met)."""
-        v = ffi.new("uint64_t[]", max(cap, 1))
+        manager's threshold), at most cap sequences; returns (victims,
+        target_met)."""
+        # A buffer of _SMALL victims at most, not of cap: the C call is
+        # repeated while it fills the buffer and cap allows more.
+        v = ffi.new("uint64_t[]", max(min(cap, _SMALL), 1))
         n = ffi.new("uint32_t *")
-        rc = _check(lib.kvp_evict_until(self._m, target_util, v, cap, n),
-                    "evict_until")
-        return list(v[0:n[0]]), rc == 0
+        victims = []
+        while True:
+            c = min(cap - len(victims), _SMALL)
+            rc = _check(lib.kvp_evict_until(self._m, target_util, v, c, n),
+                        "evict_until")
+            victims += list(v[0:n[0]])
+            if rc == 0 or n[0] < c or c == 0:
+                return victims, rc == 0
 
     def stats(self):
         st = ffi.new("struct kvp_stats *")
@@ -940,6 +963,10 @@ class Manager:
         first_pos + n - 1 (n None: to the end): NumPy int64, or a list."""
         if n is None:
             n = max(self.info(seq).num_tokens - first_pos, 0)
+        elif n > _SMALL and n > self.info(seq).num_tokens - first_pos:
+            # Past the sequence's end: OutOfRange, as C says, without a
+            # buffer of the caller's n.
+            raise error(-_errno.ERANGE, "slot_mapping")
         arr, p = _out("int64_t", n)
         _check(lib.kvp_export_slot_mapping(self._m, seq, first_pos, n, p),
                "slot_mapping")
