@@ -528,6 +528,10 @@ KVP_API int kvp_seq_reserve(struct kvp_manager *m, uint64_t seq,
  * again from seqs[ret] to learn the error).  Errors: -EINVAL (NULL m, seqs
  * NULL with nseq > 0, cow NULL with cow_cap > 0, nseq above INT32_MAX) and
  * kvp_seq_append's.  ncow may be NULL.
+ * Buffers: nseq bounds the reads of seqs (all of seqs[0..nseq) may be
+ * read, ahead of the appends, even when one fails) and of num_tokens
+ * when it is not NULL (read up to the failing append); cow_cap bounds the
+ * writes to cow (cow[0..cow_cap) at most, whatever nseq).
  */
 KVP_API int kvp_seq_append_batch(struct kvp_manager *m, const uint64_t *seqs,
 				 const uint32_t *num_tokens, uint32_t nseq,
@@ -741,6 +745,10 @@ KVP_API int kvp_manager_check(struct kvp_manager *m);
  * (NULL m, seqs NULL with nseq > 0), -ENOENT (an unknown sequence),
  * -ENOSPC (a sequence has more than stride blocks).  On error the table's
  * contents are unspecified.
+ * Buffers: nseq bounds the reads of seqs (seqs[0..nseq)); with table not
+ * NULL, nseq x stride bounds the writes (table[0..nseq * stride): every
+ * row is written in full, padded), so table must hold nseq * stride
+ * entries.  With table NULL nothing is written.
  */
 KVP_API int kvp_export_block_table(struct kvp_manager *m, const uint64_t *seqs,
 				   uint32_t nseq, int32_t *table,
@@ -754,6 +762,10 @@ KVP_API int kvp_export_block_table(struct kvp_manager *m, const uint64_t *seqs,
  * seqs NULL with nseq > 0, or indices given without indptr, or without
  * last_page_len when nseq > 0), -ENOENT, -ENOSPC (more than cap indices),
  * -EOVERFLOW (more than INT32_MAX).
+ * Buffers: nseq bounds the reads of seqs (seqs[0..nseq)) and the writes
+ * of indptr (indptr[0..nseq], nseq + 1 entries) and last_page_len
+ * (last_page_len[0..nseq)); cap bounds the writes of indices
+ * (indices[0..cap) at most).  With indices NULL nothing is written.
  */
 KVP_API int kvp_export_csr(struct kvp_manager *m, const uint64_t *seqs,
 			   uint32_t nseq, int32_t *indptr, int32_t *indices,
@@ -764,6 +776,9 @@ KVP_API int kvp_export_csr(struct kvp_manager *m, const uint64_t *seqs,
  * slots[i] = block * block_tokens + offset.  Errors: -EINVAL (NULL m, slots
  * NULL with n > 0), -ENOENT, -ERANGE (a position at or past the sequence's
  * token count).
+ * Buffers: n bounds the writes (slots[0..n), all of them on success, none
+ * on -ERANGE); a caller sizes slots from n, and n from the sequence's
+ * tokens (kvp_seq_info), not from a count it was given.
  */
 KVP_API int kvp_export_slot_mapping(struct kvp_manager *m, uint64_t seq,
 				    uint32_t first_pos, uint32_t n,
@@ -930,6 +945,9 @@ KVP_API int kvp_seq_create_cached(struct kvp_manager *m, uint64_t seq,
  * change the answer the moment after.  Lock-free.  Errors: -EINVAL (NULL
  * m or cached_blocks, hashes NULL with nhashes > 0, manager without
  * KVP_PREFIX_CACHE).
+ * Buffers: nhashes bounds the reads of hashes (hashes[0..nhashes) at
+ * most: the walk stops at the first miss); *cached_blocks is the only
+ * write.
  */
 KVP_API int kvp_prefix_match(struct kvp_manager *m,
 			     const struct kvp_hash *hashes, uint32_t nhashes,
