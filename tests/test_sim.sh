@@ -254,6 +254,22 @@ one_line 1 "needs about .* GB, more than" --sweep-capacity \
 	--capacities 2147483647 --requests 50
 one_line 1 "needs about .* GB, more than" --blocks 2147483647 --requests 50
 one_line 2 "/dev/zero:1: a line longer than 16 MiB" --trace /dev/zero
+# An 11 KB line asking for 2^31 tokens: refused from the lengths alone,
+# before hashing (it hashed for about 54 s at 6.3 GB first), within 10 s
+# and 1 GB of address space.
+"$py" -c 'import json
+print(json.dumps({"timestamp": 0, "input_length": 2147483647,
+                  "output_length": 1, "hash_block_tokens": 1048576,
+                  "hash_ids": list(range(2048))}))' >"$tmp/big.jsonl"
+(ulimit -v 1000000 2>/dev/null; timeout 10 "$kv" sim --trace "$tmp/big.jsonl" \
+	>"$tmp/out" 2>"$tmp/err")
+rc=$?
+if [ $rc -eq 1 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] &&
+	grep -q "the workload (its block hashes .* needs about" "$tmp/err"; then
+	ok "sim --trace big.jsonl: $(cat "$tmp/err")"
+else
+	bad "sim --trace big.jsonl: status $rc (want 1), stderr: $(cat "$tmp/err")"
+fi
 # stdout lost on a full device: status 1 and one line saying so.
 one_line_full() {
 	timeout 60 "$kv" sim "$@" >/dev/full 2>"$tmp/err"

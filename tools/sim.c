@@ -180,6 +180,41 @@ static int load_workload(const struct sim_opts *o, struct workload *w)
 	return 0;
 }
 
+/*
+ * Whether the workload's hashes and the smallest pool it can run on fit
+ * the host memory, from the requests' lengths alone, before anything is
+ * hashed or allocated: a trace line of a few KB can ask for billions of
+ * tokens.  The pool: --blocks; else (unlimited) the unlimited pool with
+ * the longest prompt's blocks as the distinct ones, or for a sweep the
+ * largest request's footprint (its capacities are checked after).  0, or
+ * 1 after one line.
+ */
+static int workload_fits(const struct sim_opts *o, const struct workload *w)
+{
+	bool unl = o->blocks_given ? o->blocks == 0 : o->trace != NULL;
+	uint64_t pool = 0;
+	char what[128];
+
+	for (uint32_t i = 0; i < w->nreq; i++) {
+		uint64_t f = o->sweep ? sim_footprint(&w->req[i],
+						      o->block_tokens)
+				      : w->req[i].input_len / o->block_tokens;
+
+		pool = f > pool ? f : pool;
+	}
+	if (!o->sweep)
+		pool = !unl ? (o->blocks_given ? o->blocks
+					       : SIM_DEFAULT_SYNTH_BLOCKS)
+			    : sim_unlimited_of(o, w, pool);
+	snprintf(what, sizeof(what),
+		 "the workload (its block hashes and a pool of %llu blocks)",
+		 (unsigned long long)pool);
+	return sim_memory_check(wl_prepare_bytes(w, o->block_tokens,
+						 o->threads) +
+					pool * SIM_BLOCK_BYTES,
+				what);
+}
+
 /* Hashes the workload and sizes the unlimited pool.  Returns 0, or 1
  * after a message (the workload freed). */
 static int prepare_workload(const struct sim_opts *o, struct workload *w,
@@ -190,6 +225,10 @@ static int prepare_workload(const struct sim_opts *o, struct workload *w,
 	if (o->cbor) {
 		kvp_hash_set_cbor_seed(o->hash_seed ? o->hash_seed : "0");
 		wl_set_cbor(w);
+	}
+	if (workload_fits(o, w) != 0) {
+		wl_free(w);
+		return 1;
 	}
 	rc = wl_prepare(w, o->block_tokens, o->models, o->threads);
 	if (rc != 0) {

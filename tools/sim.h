@@ -151,6 +151,16 @@ const struct sim_result *sim_median_of(struct sim_result *v, unsigned n);
 /* sim_sweep.c */
 uint64_t sim_unlimited_blocks(const struct sim_opts *o,
 			      const struct workload *w);
+/* The same for `distinct` distinct prompt blocks: before hashing, a
+ * lower bound with the longest prompt's full blocks (all distinct). */
+uint64_t sim_unlimited_of(const struct sim_opts *o, const struct workload *w,
+			  uint64_t distinct);
+/* A pool's host memory per block, about: the pool's and the manager's
+ * metadata and prefix maps. */
+#define SIM_BLOCK_BYTES 128u
+/* Whether need bytes fit the host memory: 0, or 1 after one line saying
+ * that what needs more (what: "a pool of N blocks"). */
+int sim_memory_check(uint64_t need, const char *what);
 int sim_pool_memory_check(uint64_t blocks);
 int sim_sweep(const struct sim_opts *o, const struct workload *w,
 	      uint64_t unlimited);

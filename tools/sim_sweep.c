@@ -43,20 +43,26 @@ static int cmp_u64_desc(const void *a, const void *b)
 uint64_t sim_unlimited_blocks(const struct sim_opts *o,
 			      const struct workload *w)
 {
-	uint64_t *fp = bench_xcalloc(w->nreq, sizeof(*fp));
+	return sim_unlimited_of(o, w, w->distinct_blocks);
+}
+
+uint64_t sim_unlimited_of(const struct sim_opts *o, const struct workload *w,
+			  uint64_t distinct)
+{
+	uint64_t *fp = bench_xcalloc(w->nreq ? w->nreq : 1, sizeof(*fp));
 	uint64_t live = 0,
 		 n = o->max_running < w->nreq ? o->max_running : w->nreq;
 	double total;
 
 	for (uint32_t i = 0; i < w->nreq; i++)
-		fp[i] = sim_footprint(&w->req[i], w->block_tokens);
+		fp[i] = sim_footprint(&w->req[i], o->block_tokens);
 	qsort(fp, w->nreq, sizeof(*fp), cmp_u64_desc);
 	for (uint64_t i = 0; i < n; i++)
 		live += fp[i];
 	free(fp);
 	/* Thread caches: at most KVP's automatic 128 blocks, twice for the
 	 * half-cache batches; 1024 more as a margin. */
-	total = (double)(w->distinct_blocks + live +
+	total = (double)(distinct + live +
 			 (uint64_t)o->threads * 2 * 128 + 1024);
 	return (uint64_t)(total / (1.0 -
 				   (o->watermark > 0 ? o->watermark : 0.01)) +
@@ -324,19 +330,17 @@ static int sweep_retain(const struct sim_opts *o, const struct workload *w,
 }
 
 /*
- * A pool's host memory, checked before it is touched: with overcommit a
- * pool far larger than the machine is created, then the kernel kills the
- * process page by page.  About SIM_BLOCK_BYTES per block (the pool's and
- * the manager's metadata and prefix maps); the limit is the physical
- * memory or ulimit -v, the smaller.  Returns 0, or 1 after one line.
+ * Host memory, checked before it is touched: with overcommit a pool far
+ * larger than the machine is created, then the kernel kills the process
+ * page by page.  A pool takes about SIM_BLOCK_BYTES per block (sim.h);
+ * the limit is the physical memory or ulimit -v, the smaller.  Each
+ * returns 0, or 1 after one line.
  */
-#define SIM_BLOCK_BYTES 128u
-
-int sim_pool_memory_check(uint64_t blocks)
+int sim_memory_check(uint64_t need, const char *what)
 {
 	long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
-	uint64_t need = blocks * SIM_BLOCK_BYTES, have = UINT64_MAX;
-	const char *what = "physical memory";
+	uint64_t have = UINT64_MAX;
+	const char *limit = "physical memory";
 	struct rlimit rl;
 
 	if (pages > 0 && psz > 0)
@@ -344,16 +348,24 @@ int sim_pool_memory_check(uint64_t blocks)
 	if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
 	    (uint64_t)rl.rlim_cur < have) {
 		have = rl.rlim_cur;
-		what = "address-space limit (ulimit -v)";
+		limit = "address-space limit (ulimit -v)";
 	}
 	if (need <= have)
 		return 0;
 	fprintf(stderr,
-		"kvpool sim: a pool of %llu blocks needs about %.1f GB, more "
-		"than the %.1f GB %s allows\n",
-		(unsigned long long)blocks, (double)need / 1e9,
-		(double)have / 1e9, what);
+		"kvpool sim: %s needs about %.1f GB, more than the %.1f GB %s "
+		"allows\n",
+		what, (double)need / 1e9, (double)have / 1e9, limit);
 	return 1;
+}
+
+int sim_pool_memory_check(uint64_t blocks)
+{
+	char what[64];
+
+	snprintf(what, sizeof(what), "a pool of %llu blocks",
+		 (unsigned long long)blocks);
+	return sim_memory_check(blocks * SIM_BLOCK_BYTES, what);
 }
 
 /* The sweep's capacities (--capacities or the defaults; 0: unlimited),

@@ -709,16 +709,25 @@ static void *hash_range(void *arg)
 	return NULL;
 }
 
+/* count_distinct's table: a power of two, at least 1024 and twice the
+ * hashes. */
+static uint64_t distinct_cap(uint64_t nhashes)
+{
+	uint64_t cap = 1024;
+
+	while (cap < 2 * nhashes)
+		cap *= 2;
+	return cap;
+}
+
 /* Distinct (model, block hash) pairs, by an open-addressing set of the
  * hashes' first 8 bytes mixed with the model (collisions of 64-bit keys
  * among millions are negligible).  0 or -ENOMEM. */
 static int count_distinct(struct workload *w)
 {
-	uint64_t cap = 1024, mask, n = 0;
+	uint64_t cap = distinct_cap(w->nhashes), mask, n = 0;
 	uint64_t *set;
 
-	while (cap < 2 * w->nhashes)
-		cap *= 2;
 	mask = cap - 1;
 	set = calloc(cap, sizeof(*set));
 	if (!set)
@@ -749,6 +758,20 @@ static int count_distinct(struct workload *w)
 	free(set);
 	w->distinct_blocks = n;
 	return 0;
+}
+
+uint64_t wl_prepare_bytes(const struct workload *w, uint32_t block_tokens,
+			  unsigned threads)
+{
+	uint64_t total = 0, tok;
+
+	for (uint32_t i = 0; i < w->nreq; i++)
+		total += w->req[i].input_len / block_tokens;
+	tok = w->cbor ? (uint64_t)wl_max_prompt(w) + 1
+		      : pseudo_width(block_tokens, w->unit_tokens);
+	return total * sizeof(*w->hashes) +
+	       distinct_cap(total) * sizeof(uint64_t) +
+	       (uint64_t)(threads ? threads : 1) * tok * sizeof(uint32_t);
 }
 
 int wl_prepare(struct workload *w, uint32_t block_tokens, uint32_t models,

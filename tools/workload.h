@@ -126,6 +126,12 @@ int wl_load_trace(struct workload *w, const char *path, char *err,
 int wl_prepare(struct workload *w, uint32_t block_tokens, uint32_t models,
 	       unsigned threads);
 
+/* The host memory wl_prepare would take for these arguments (its hashes,
+ * its set of distinct blocks, each thread's tokens), computed from the
+ * requests' lengths alone: checked before anything is hashed. */
+uint64_t wl_prepare_bytes(const struct workload *w, uint32_t block_tokens,
+			  unsigned threads);
+
 /* Makes wl_prepare hash pseudo-tokens with KVP_HASH_SHA256_CBOR (see
  * above); the caller sets the root's seed (kvp_hash_set_cbor_seed). */
 void wl_set_cbor(struct workload *w);
