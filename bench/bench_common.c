@@ -7,6 +7,7 @@
 #define _GNU_SOURCE
 #endif
 
+#include <ctype.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -222,9 +223,12 @@ unsigned long bench_parse_ulong(const char *opt, const char *s,
 	char *end;
 	unsigned long v;
 
+	/* Digits only: strtoul would skip blanks and take a sign after
+	 * them (" -1" is ULONG_MAX). */
 	errno = 0;
 	v = strtoul(s, &end, 10);
-	if (errno || end == s || *end || s[0] == '-' || v < lo || v > hi) {
+	if (errno || !isdigit((unsigned char)s[0]) || *end || v < lo ||
+	    v > hi) {
 		fprintf(stderr, "%s: %s: expected an integer in "
 				"[%lu, %lu], got '%s'\n",
 			bench_prog, opt, lo, hi, s);
@@ -603,10 +607,10 @@ FILE *bench_csv_open(const char *path)
 	if (!strcmp(path, "-"))
 		return stdout;
 	f = fopen(path, "w");
-	if (!f) {
+	if (!f) { /* a file that cannot be written: 1, as a failed write */
 		fprintf(stderr, "%s: %s: %s\n", bench_prog, path,
 			strerror(errno));
-		exit(2);
+		exit(1);
 	}
 	return f;
 }
@@ -619,14 +623,14 @@ void bench_csv_close(FILE *f, const char *path)
 		if (fflush(f) != 0) {
 			fprintf(stderr, "%s: stdout: %s\n", bench_prog,
 				strerror(errno));
-			exit(2);
+			exit(1);
 		}
 		return;
 	}
-	if (fclose(f) != 0) {
+	if ((ferror(f) | fclose(f)) != 0) {
 		fprintf(stderr, "%s: %s: %s\n", bench_prog, path,
-			strerror(errno));
-		exit(2);
+			strerror(errno ? errno : EIO));
+		exit(1);
 	}
 	printf("CSV written to %s\n", path);
 }

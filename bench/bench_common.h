@@ -229,12 +229,12 @@ void bench_report_busy(const char *when);
 
 /* ------------------------------------------------------------------- CSV */
 
-/* Opens path for writing ("-" is stdout), NULL if path is NULL; exits 2
- * on failure. */
+/* Opens path for writing ("-" is stdout), NULL if path is NULL; exits 1
+ * (a failed write) on failure. */
 FILE *bench_csv_open(const char *path);
 
 /* Closes f (if any; stdout is only flushed) and says so on stdout, or on
- * stderr when the CSV went to stdout; exits 2 on failure. */
+ * stderr when the CSV went to stdout; exits 1 on failure. */
 void bench_csv_close(FILE *f, const char *path);
 
 /* murmur3's 64-bit finaliser: a full-avalanche mix (unkeyed). */

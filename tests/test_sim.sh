@@ -102,6 +102,23 @@ printf '%s\n' '{"timestamp": "0", "input_length": 100, "output_length": 5, "hash
 	malformed type 1 "expected a number"
 printf '%s\n' "$good" '{"timestamp": 1, "input_length": 100, "output_length": 5, "hash_ids": [1.5]}' |
 	malformed fraction 2 '"hash_ids" entries must be integers'
+# Unprintable bytes of a line are shown escaped: raw, an ESC or BEL went
+# to the terminal and a NUL cut the message short.
+unprintable() { # unprintable NAME PRINTF-LINE EXPECTED-TEXT
+	printf "$2" >"$tmp/$1.jsonl"
+	"$kv" sim --trace "$tmp/$1.jsonl" >/dev/null 2>"$tmp/stderr"
+	rc=$?
+	if [ $rc -eq 2 ] && grep -qF "$3" "$tmp/stderr" &&
+		[ "$(tr -d '\n' <"$tmp/stderr" | tr -d '\040-\176' | wc -c)" -eq 0 ]; then
+		ok "unprintable ($1): $(cat "$tmp/stderr")"
+	else
+		bad "unprintable ($1): status $rc, stderr: $(cat -v "$tmp/stderr") (expected $3)"
+	fi
+}
+unprintable esc '\033[31mX\n' "column 1: expected '{', found '\\x1b'"
+unprintable bel '\007\n' "expected '{', found '\\x07'"
+unprintable nul '\000abc\n' "expected '{', found '\\x00'"
+unprintable vt "$good"'\013\n' "unexpected '\\x0b' after the object"
 "$kv" sim --trace "$tmp/does-not-exist.jsonl" >"$tmp/stdout" 2>"$tmp/stderr"
 rc=$?
 [ $rc -eq 2 ] && grep -q "does-not-exist.jsonl: No such file" "$tmp/stderr" &&
@@ -290,6 +307,69 @@ if [ -w /dev/full ]; then
 		ok "sim --csv /dev/full: $(tail -n 1 "$tmp/err")"
 	fi
 fi
+
+# A requested plot not written is a failure: exit 1 and one line saying
+# why (each exited 0, or printed gnuplot's 8 lines, before its fix).
+# plot_fails NAME PATTERN CMD...: the last stderr line matches PATTERN and
+# is the only one naming the plot.
+plot_fails() {
+	name=$1 pat=$2
+	shift 2
+	"$@" >/dev/null 2>"$tmp/err"
+	rc=$?
+	if [ $rc -eq 1 ] && tail -n 1 "$tmp/err" | grep -q "$pat" &&
+		[ "$(grep -vc "sweeping\|busy\|capacities x" "$tmp/err")" -eq 1 ]; then
+		ok "$name: $(tail -n 1 "$tmp/err")"
+	else
+		bad "$name: status $rc (want 1), stderr: $(cat "$tmp/err")"
+	fi
+}
+sweep="sim --requests 100 --sweep-capacity --capacities 100,200"
+bench="bench --seconds 0.01 --reps 1 --threads 1 --workloads pair"
+if command -v gnuplot >/dev/null 2>&1; then
+	[ -w /dev/full ] && plot_fails "sim --plot /dev/full" \
+		"/dev/full: No space left" "$kv" $sweep --plot /dev/full
+	plot_fails "sim --plot into a missing directory" \
+		"$tmp/no/x.png: No such file" "$kv" $sweep --plot "$tmp/no/x.png"
+	plot_fails "bench --plot into a missing directory" \
+		"$tmp/no/x.png: No such file" "$kv" $bench --plot "$tmp/no/x.png"
+	[ -w /dev/full ] && plot_fails "bench --plot /dev/full" \
+		"/dev/full: No space left" "$kv" $bench --plot /dev/full
+	mkdir -p "$tmp/gp"
+	printf '#!/bin/sh\ncat >/dev/null\nfor i in 1 2 3 4 5 6 7 8; do echo "gnuplot: error $i" >&2; done\nexit 3\n' \
+		>"$tmp/gp/gnuplot"
+	chmod +x "$tmp/gp/gnuplot"
+	PATH="$tmp/gp:$PATH" plot_fails "sim --plot, gnuplot failing" \
+		"gnuplot failed (exit 3): no plot in .*: gnuplot: error 1" \
+		"$kv" $sweep --plot "$tmp/x.png"
+	if "$kv" $sweep --plot "$tmp/ok.png" >/dev/null 2>&1 && [ -s "$tmp/ok.png" ]; then
+		ok "sim --plot: a PNG of $(wc -c <"$tmp/ok.png") bytes"
+	else
+		bad "sim --plot $tmp/ok.png: not written"
+	fi
+else
+	echo "skip: the --plot checks with gnuplot: no gnuplot on PATH (tools/install-deps.sh installs gnuplot-nox)"
+fi
+if [ -x "$b/libtool" ]; then
+	plot_fails "sim --plot without gnuplot" "gnuplot is not installed" \
+		"$b/libtool" --mode=execute env PATH=/nonexistent "$kv" $sweep \
+		--plot "$tmp/x.png"
+fi
+# A --csv file that cannot be written is 1 (a failed write), not 2.
+for c in /dev/full "$tmp/no/x.csv"; do
+	[ "$c" = /dev/full ] && [ ! -w /dev/full ] && continue
+	"$kv" $bench --csv "$c" >/dev/null 2>"$tmp/err"
+	rc=$?
+	[ $rc -eq 1 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] &&
+		ok "bench --csv $c: $(cat "$tmp/err")" ||
+		bad "bench --csv $c: status $rc (want 1), stderr: $(cat "$tmp/err")"
+done
+# A blank before a sign is not a number; an empty workload list is no run.
+usage_status 2 sim --seed " -1"
+usage_status 2 sim --metrics /dev/null --metrics-every " -1"
+usage_status 2 bench --threads " -1"
+usage_status 2 bench --workloads ""
+usage_status 2 bench --workloads ,
 
 echo "test_sim: $passed passed, $failed failed"
 [ $failed -eq 0 ]

@@ -652,14 +652,13 @@ static bool parse_opt(void *ctx, const char *name, const char *val)
 		o->plot = val;
 	} else if (!strcmp(name, "--workloads")) {
 		char *copy = strdup(val), *save = NULL, *tok;
+		int n, w;
 
 		if (!copy)
 			bench_die("out of memory");
 		memset(o->run, 0, sizeof(o->run));
 		for (tok = strtok_r(copy, ",", &save); tok;
 		     tok = strtok_r(NULL, ",", &save)) {
-			int w;
-
 			for (w = 0; w < NUM_WL; w++)
 				if (!strcmp(tok, wl_name[w]))
 					break;
@@ -673,6 +672,14 @@ static bool parse_opt(void *ctx, const char *name, const char *val)
 			o->run[w] = true;
 		}
 		free(copy);
+		for (n = 0, w = 0; w < NUM_WL; w++)
+			n += o->run[w];
+		if (n == 0) { /* '' or ',': an empty table is no run */
+			fprintf(stderr, "kvpool bench: --workloads: expected "
+					"one or more workloads, got '%s'\n",
+				val);
+			exit(2);
+		}
 	} else {
 		return false;
 	}
@@ -687,6 +694,7 @@ int bench_main(int argc, char **argv)
 	struct bench_opts *c = &o.common;
 	bool table;
 	FILE *csv;
+	int rc = 0;
 
 	memset(&o, 0, sizeof(o));
 	bench_opts_defaults(c);
@@ -813,10 +821,13 @@ int bench_main(int argc, char **argv)
 							     c->nthreads_list};
 				ns++;
 			}
-		plot_png("kvpool bench", o.plot, "throughput against threads",
-			 "threads", "Mops/s (log)", PLOT_LOGX | PLOT_LOGY, s,
-			 ns);
+		/* A plot asked for and not written is a failure. */
+		if (plot_png("kvpool bench", o.plot,
+			     "throughput against threads", "threads",
+			     "Mops/s (log)", PLOT_LOGX | PLOT_LOGY, s,
+			     ns) != 0)
+			rc = 1;
 	}
 	bench_res_free();
-	return 0;
+	return rc;
 }

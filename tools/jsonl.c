@@ -45,6 +45,22 @@ __attribute__((format(printf, 2, 3))) static int fail(struct cur *c,
 	return -1;
 }
 
+/* ch as an error message shows it: itself if printable ASCII, else a
+ * \xNN escape, so that an ESC or BEL of the input does not reach the
+ * terminal and a NUL does not cut the message short. */
+static const char *shown(char ch, char buf[5])
+{
+	unsigned char u = (unsigned char)ch;
+
+	if (u >= 0x20 && u < 0x7f) {
+		buf[0] = ch;
+		buf[1] = '\0';
+	} else {
+		snprintf(buf, 5, "\\x%02x", u);
+	}
+	return buf;
+}
+
 /* Skips JSON whitespace. */
 static void skip_ws(struct cur *c)
 {
@@ -72,6 +88,8 @@ static bool peek(struct cur *c, char ch)
  * next. */
 static int expect(struct cur *c, char ch)
 {
+	char b[5];
+
 	skip_ws(c);
 	if (!peek(c, ch)) {
 		if (c->p == c->end)
@@ -79,7 +97,8 @@ static int expect(struct cur *c, char ch)
 				    "expected '%c', found the end of the "
 				    "line",
 				    ch);
-		return fail(c, "expected '%c', found '%c'", ch, *c->p);
+		return fail(c, "expected '%c', found '%s'", ch,
+			    shown(*c->p, b));
 	}
 	c->p++;
 	return 0;
@@ -106,6 +125,7 @@ static int hexval(char ch)
 static int read_string(struct cur *c, char *out, size_t cap, bool *truncated)
 {
 	size_t n = 0;
+	char b[5];
 
 	if (truncated)
 		*truncated = false;
@@ -163,7 +183,8 @@ static int read_string(struct cur *c, char *out, size_t cap, bool *truncated)
 			}
 			default:
 				c->p--;
-				return fail(c, "bad escape '\\%c'", ch);
+				return fail(c, "bad escape '\\%s'",
+					    shown((char)ch, b));
 			}
 		}
 		if (out) {
@@ -515,7 +536,9 @@ int jsonl_parse_trace_line(const char *line, size_t len, struct trace_rec *r,
 	}
 	skip_ws(&c);
 	if (c.p != c.end) {
-		fail(&c, "unexpected '%c' after the object", *c.p);
+		char b[5];
+
+		fail(&c, "unexpected '%s' after the object", shown(*c.p, b));
 		return c.rc;
 	}
 	for (int f = 0; f < F_N; f++)

@@ -24,9 +24,12 @@ bool plot_available(void);
 
 /*
  * Draws the series as lines with points into the PNG file `png` (flags:
- * PLOT_LOGX, PLOT_LOGY).  Returns 0; -1 with a message on stderr (prefixed
- * by prog) if gnuplot is missing or failed, or a file could not be
- * written.
+ * PLOT_LOGX, PLOT_LOGY): gnuplot draws into a temporary file, which is
+ * then copied to png with every write checked.  Returns 0; -1 with one
+ * line on stderr (prefixed by prog) if gnuplot is missing or failed (its
+ * first error line), or png could not be written (a missing directory, a
+ * full device; a partial file is removed).  A caller that was asked for
+ * the plot fails then (exit status 1).
  */
 int plot_png(const char *prog, const char *png, const char *title,
 	     const char *xlabel, const char *ylabel, unsigned flags,
