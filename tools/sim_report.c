@@ -199,10 +199,13 @@ static void json_events(const struct sim_opts *o, const struct sim_result *k)
 	kvp_pub_stats(o->pub, &st);
 	printf(", \"events\": {\"hash\": \"%s\", \"events\": %llu, "
 	       "\"batches\": %llu, \"last_seq\": %llu, \"dropped\": %llu, "
+	       "\"pub_dropped\": %llu, \"sub_overflows\": %llu, "
 	       "\"cached_blocks_end\": %llu}",
 	       o->cbor ? "sha256_cbor" : "xxh3", (unsigned long long)st.events,
 	       (unsigned long long)st.batches, (unsigned long long)st.last_seq,
 	       (unsigned long long)st.dropped,
+	       (unsigned long long)st.pub_dropped,
+	       (unsigned long long)st.sub_overflows,
 	       (unsigned long long)k->st.prefix_cached_blocks);
 #else
 	(void)o;
@@ -272,6 +275,10 @@ void sim_print_events(const struct sim_opts *o, const struct sim_result *k)
 	       (unsigned long long)st.dropped,
 	       (unsigned long long)k->st.prefix_cached_blocks,
 	       o->cbor ? "sha256_cbor" : "xxh3");
+	printf("publish: %llu subscriber overflows, %llu batches to no "
+	       "subscriber\n",
+	       (unsigned long long)st.sub_overflows,
+	       (unsigned long long)st.pub_dropped);
 	if (o->replay_ep)
 		printf("replay: %llu requests answered (%llu cut short), %llu "
 		       "ignored; ring %llu batches, %llu bytes\n",
