@@ -39,7 +39,11 @@
  * it; a longer frame disconnects), SUB_RCVHWM of them queued; a
  * connection that takes no byte for stall_ms is aborted by the kernel
  * (TCP_MAXRT, which libzmq sets as TCP_USER_TIMEOUT), and libzmq frees
- * its queue.
+ * its queue.  Not bounded: the subscriptions themselves.  libzmq stores
+ * every distinct one in its trie until the subscriber disconnects, and
+ * drains a subscriber's pipe in one call while it keeps sending, so no
+ * count checked between calls could bound them (kvpool-events.h says to
+ * expose the endpoint to trusted subscribers only).
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE

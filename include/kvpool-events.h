@@ -59,7 +59,11 @@
  * freed (TCP_USER_TIMEOUT, which Linux 5.11 and later apply to a peer
  * that stops reading), so a client that stops reading keeps its share
  * for that long at most.  Frames a subscriber sends over 512 bytes, and
- * replay request frames over 64, disconnect their sender.
+ * replay request frames over 64, disconnect their sender.  One thing is
+ * not bounded: libzmq keeps every distinct subscription a subscriber
+ * sends (a few KB each, however many, until that subscriber
+ * disconnects), so expose the PUB endpoint to
+ * trusted subscribers only.
  *
  * Replay work is fair: at most 256 replays run at once (beyond that a
  * request gets the end marker alone); the publisher thread interleaves
