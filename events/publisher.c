@@ -361,16 +361,21 @@ static uint32_t piece_blocks(const struct kvp_event *ev)
 	struct kvp_event one, two;
 	size_t b1, per;
 
+	/* What rec_size drops, or cannot split, stays whole. */
 	if (ev->nhashes < 2 || !ev->hashes ||
 	    (ev->type != KVP_EVENT_STORED && ev->type != KVP_EVENT_REMOVED) ||
 	    (ev->type == KVP_EVENT_STORED &&
-	     ev->num_tokens != (uint64_t)ev->nhashes * ev->block_tokens) ||
-	    (ev->nextra_keys && (!ev->extra_keys || ev->nextra_keys > MAX_EXTRA)) ||
-	    kvpe_event_bound(ev) <= EVENT_MAX)
+	     (ev->num_tokens != (uint64_t)ev->nhashes * ev->block_tokens ||
+	      ev->nextra_keys > MAX_EXTRA ||
+	      (ev->nextra_keys && !ev->extra_keys))))
 		return ev->nhashes;
-	for (uint32_t k = 0; k < ev->nextra_keys; k++)
+	for (uint32_t k = 0; ev->type == KVP_EVENT_STORED &&
+			     k < ev->nextra_keys;
+	     k++)
 		if (!ev->extra_keys[k])
-			return ev->nhashes; /* rec_size drops it */
+			return ev->nhashes;
+	if (kvpe_event_bound(ev) <= EVENT_MAX)
+		return ev->nhashes;
 	piece(ev, 0, 1, &one);
 	piece(ev, 0, 2, &two);
 	b1 = kvpe_event_bound(&one);

@@ -27,6 +27,9 @@
  * batch goes again without NODROP (libzmq then skips that queue until it
  * drains to half its mark).
  *
+ * A configured sndhwm below 0 turns both bounds off: a lossless link to
+ * trusted subscribers, whose slowness grows the publisher.
+ *
  * All subscribers' bytes.  queued counts the bytes of batches libzmq
  * holds: the publisher adds a batch's bytes before it sends it,
  * payload_sent subtracts them.  A batch that would take queued past
@@ -117,7 +120,7 @@ static int sock_opts(void *s, const struct kvpe_pubsock_cfg *cfg)
 	h = h ? h : 1;
 	if (cfg->sndhwm > 0 && (uint64_t)cfg->sndhwm < h)
 		h = (uint64_t)cfg->sndhwm;
-	hwm = h < INT_MAX ? (int)h : INT_MAX;
+	hwm = cfg->sndhwm < 0 ? 0 : h < INT_MAX ? (int)h : INT_MAX;
 	if (zmq_setsockopt(s, ZMQ_SNDHWM, &hwm, sizeof(hwm)) ||
 	    zmq_setsockopt(s, ZMQ_XPUB_NODROP, &one, sizeof(one)) ||
 	    zmq_setsockopt(s, ZMQ_RCVHWM, &rcvhwm, sizeof(rcvhwm)) ||
@@ -135,7 +138,7 @@ int kvpe_pubsock_open(void *zctx, const struct kvpe_pubsock_cfg *cfg,
 
 	if (!ps)
 		return -ENOMEM;
-	ps->pub_bytes = cfg->pub_bytes;
+	ps->pub_bytes = cfg->sndhwm < 0 ? UINT64_MAX : cfg->pub_bytes;
 	ps->topic_len = strlen(cfg->topic);
 	memcpy(ps->topic, cfg->topic, ps->topic_len + 1);
 	ps->sock = zmq_socket(zctx, ZMQ_PUB);

@@ -22,7 +22,8 @@ struct kvpe_pubsock_cfg {
 	const char *endpoint; /* bound, or connected with connect */
 	bool connect;
 	const char *topic;  /* copied */
-	int32_t sndhwm;	    /* messages; < 0: none */
+	int32_t sndhwm;	    /* messages; < 0: no bound at all (in
+			       messages or bytes) */
 	uint64_t sub_bytes; /* queued for one subscriber at most */
 	uint64_t pub_bytes; /* queued for all subscribers at most */
 	uint32_t stall_ms;  /* a subscriber taking no byte that long is

@@ -129,8 +129,11 @@ struct kvp_pub_config {
 	uint32_t thread_buffer_kib; /* per producer thread; 0 = 1,024 */
 	uint32_t max_batch_events;  /* events per batch; 0 = 256 */
 	int32_t sndhwm;		    /* PUB high-water mark (messages);
-				       0 = 100,000 (vLLM's), < 0 = none;
-				       sub_bytes / 64 KiB if lower */
+				       0 = 100,000 (vLLM's); sub_bytes /
+				       64 KiB if lower; < 0 = no bound at
+				       all, in messages or bytes (lossless,
+				       for trusted subscribers: one that
+				       stops reading grows the publisher) */
 	uint32_t flags;		    /* KVP_PUB_* */
 	uint64_t ring_bytes;	    /* replay ring's bytes at most;
 				       0 = 64 MiB */

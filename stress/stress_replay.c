@@ -597,7 +597,6 @@ static void node_start(void)
 	kvp_pool_unref(pool);
 	cfg.endpoint = "tcp://127.0.0.1:*";
 	cfg.replay_endpoint = "tcp://127.0.0.1:*";
-	cfg.sndhwm = -1;
 	/* Several events a batch: the burst's are large. */
 	cfg.max_batch_events = 64;
 	cfg.ring_batches = 1u << 20;

@@ -218,6 +218,19 @@ static void split_events(void)
 	if (most > 64 * 1024 || ps.dropped)
 		FAIL("largest batch %zu bytes, %llu events dropped\n", most,
 		     (unsigned long long)ps.dropped);
+	{
+		/* Too large for a batch and malformed (a NULL extra key):
+		 * dropped whole and counted, as a small one is. */
+		const char *keys[2] = {"k", NULL};
+
+		st.extra_keys = keys;
+		st.nextra_keys = 2;
+		kvp_pub_event_cb(&st, p);
+		kvp_pub_stats(p, &ps);
+		if (ps.dropped != 1)
+			FAIL("a large event with a NULL extra key: %llu "
+			     "dropped\n", (unsigned long long)ps.dropped);
+	}
 	printf("pub_bounds: STORED and REMOVED of %u blocks: %u batches of "
 	       "at most %zu bytes, blocks, parents and tokens as sent\n",
 	       NBIG, msgs, most);
