@@ -207,7 +207,7 @@ static int workload_fits(const struct sim_opts *o, const struct workload *w)
 					       : SIM_DEFAULT_SYNTH_BLOCKS)
 			    : sim_unlimited_of(o, w, pool);
 	snprintf(what, sizeof(what),
-		 "the workload (its block hashes and a pool of %llu blocks)",
+		 "a pool of %llu blocks and the workload's block hashes",
 		 (unsigned long long)pool);
 	return sim_memory_check(wl_prepare_bytes(w, o->block_tokens,
 						 o->threads) +

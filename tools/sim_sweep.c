@@ -351,9 +351,10 @@ int sim_memory_check(uint64_t need, const char *what)
 	if (need <= have)
 		return 0;
 	fprintf(stderr,
-		"kvpool sim: %s needs about %.1f GB, more than the %.1f GB %s "
-		"allows\n",
-		what, (double)need / 1e9, (double)have / 1e9, limit);
+		"kvpool sim: %s need%s about %.1f GB, more than the %.1f GB "
+		"%s allows\n",
+		what, strstr(what, " and ") ? "" : "s", (double)need / 1e9,
+		(double)have / 1e9, limit);
 	return 1;
 }
 
