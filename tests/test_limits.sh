@@ -49,7 +49,7 @@ sim() {
 sim 20000 "ulimit -v 20000 KB" --requests 100
 sim 150000 "leaves less than the 352 MB 16 threads need" --requests 100 \
 	--threads 16
-sim 400000 "a pool of 50000000 blocks.* about 6.4 GB, more than the" \
+sim 400000 "a pool of 50000000 blocks needs about 6.4 GB, more than the" \
 	--requests 100 --blocks 50000000
 sim 400000 "the 1120 MB 64 threads need" --requests 100 --threads=64
 if [ -x "$b/events/.libs/libkvpool-events.so" ] ||

@@ -206,13 +206,12 @@ static int workload_fits(const struct sim_opts *o, const struct workload *w)
 		pool = !unl ? (o->blocks_given ? o->blocks
 					       : SIM_DEFAULT_SYNTH_BLOCKS)
 			    : sim_unlimited_of(o, w, pool);
-	snprintf(what, sizeof(what),
-		 "a pool of %llu blocks and the workload's block hashes",
+	snprintf(what, sizeof(what), "a pool of %llu blocks",
 		 (unsigned long long)pool);
 	return sim_memory_check(wl_prepare_bytes(w, o->block_tokens,
 						 o->threads) +
 					pool * SIM_BLOCK_BYTES,
-				what);
+				what, " (with the workload's block hashes)");
 }
 
 /* Hashes the workload and sizes the unlimited pool.  Returns 0, or 1

@@ -159,8 +159,9 @@ uint64_t sim_unlimited_of(const struct sim_opts *o, const struct workload *w,
  * metadata and prefix maps. */
 #define SIM_BLOCK_BYTES 128u
 /* Whether need bytes fit the host memory: 0, or 1 after one line saying
- * that what needs more (what: "a pool of N blocks"; "X and Y" need). */
-int sim_memory_check(uint64_t need, const char *what);
+ * that what needs more, `with` at its end: "a pool of N blocks needs
+ * about X GB, more than ... allows (with the workload's block hashes)". */
+int sim_memory_check(uint64_t need, const char *what, const char *with);
 int sim_pool_memory_check(uint64_t blocks);
 int sim_sweep(const struct sim_opts *o, const struct workload *w,
 	      uint64_t unlimited);

@@ -334,7 +334,7 @@ static int sweep_retain(const struct sim_opts *o, const struct workload *w,
  * the limit is the physical memory or ulimit -v, the smaller.  Each
  * returns 0, or 1 after one line.
  */
-int sim_memory_check(uint64_t need, const char *what)
+int sim_memory_check(uint64_t need, const char *what, const char *with)
 {
 	long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
 	uint64_t have = UINT64_MAX;
@@ -351,10 +351,9 @@ int sim_memory_check(uint64_t need, const char *what)
 	if (need <= have)
 		return 0;
 	fprintf(stderr,
-		"kvpool sim: %s need%s about %.1f GB, more than the %.1f GB "
-		"%s allows\n",
-		what, strstr(what, " and ") ? "" : "s", (double)need / 1e9,
-		(double)have / 1e9, limit);
+		"kvpool sim: %s needs about %.1f GB, more than the %.1f GB %s "
+		"allows%s\n",
+		what, (double)need / 1e9, (double)have / 1e9, limit, with);
 	return 1;
 }
 
@@ -364,7 +363,7 @@ int sim_pool_memory_check(uint64_t blocks)
 
 	snprintf(what, sizeof(what), "a pool of %llu blocks",
 		 (unsigned long long)blocks);
-	return sim_memory_check(blocks * SIM_BLOCK_BYTES, what);
+	return sim_memory_check(blocks * SIM_BLOCK_BYTES, what, "");
 }
 
 /* The sweep's capacities (--capacities or the defaults; 0: unlimited),
