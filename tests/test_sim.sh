@@ -278,15 +278,22 @@ one_line 2 "/dev/zero:1: a line longer than 16 MiB" --trace /dev/zero
 print(json.dumps({"timestamp": 0, "input_length": 2147483647,
                   "output_length": 1, "hash_block_tokens": 1048576,
                   "hash_ids": list(range(2048))}))' >"$tmp/big.jsonl"
-(ulimit -v 1000000 2>/dev/null; timeout 10 "$kv" sim --trace "$tmp/big.jsonl" \
-	>"$tmp/out" 2>"$tmp/err")
-rc=$?
-if [ $rc -eq 1 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] &&
-	grep -q "a pool of .* blocks needs about .* GB, more than .*(with the workload's block hashes)" "$tmp/err"; then
-	ok "sim --trace big.jsonl: $(cat "$tmp/err")"
-else
-	bad "sim --trace big.jsonl: status $rc (want 1), stderr: $(cat "$tmp/err")"
-fi
+case "${KVP_SANITIZER:-none}" in
+none | "")
+	(ulimit -v 1000000 2>/dev/null; timeout 10 "$kv" sim --trace "$tmp/big.jsonl" \
+		>"$tmp/out" 2>"$tmp/err")
+	rc=$?
+	if [ $rc -eq 1 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] &&
+		grep -q "a pool of .* blocks needs about .* GB, more than .*(with the workload's block hashes)" "$tmp/err"; then
+		ok "sim --trace big.jsonl: $(cat "$tmp/err")"
+	else
+		bad "sim --trace big.jsonl: status $rc (want 1), stderr: $(cat "$tmp/err")"
+	fi
+	;;
+*)
+	echo "skip: sim --trace big.jsonl under ulimit -v: a sanitizer's runtime reserves terabytes of address space"
+	;;
+esac
 # stdout lost on a full device: status 1 and one line saying so.
 one_line_full() {
 	timeout 60 "$kv" sim "$@" >/dev/full 2>"$tmp/err"
