@@ -58,8 +58,10 @@ def limit():
 class TestHugeCounts(unittest.TestCase):
     def test_under_3_gib(self):
         if "san" in os.environ.get("LD_PRELOAD", ""):
-            self.skipTest("a sanitizer's shadow memory needs more than "
-                          "the 3 GiB address space this test allows")
+            why = ("a sanitizer's shadow memory needs more than the 3 GiB "
+                   "address space this test allows")
+            print("skip: test_limits huge counts: " + why)
+            self.skipTest(why)
         out = subprocess.run([sys.executable, __file__, "child"],
                              preexec_fn=limit, capture_output=True,
                              text=True, timeout=120)
