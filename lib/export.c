@@ -3,7 +3,7 @@
  * export.c - block tables in the formats attention kernels take.
  * Floor 11 of lib/ (doc/architecture.md, "Layers").
  *
- * Each sequence is read under its own lock (seqslab.h), so each row is a
+ * Each sequence is read under its own lock (seqmem.h), so each row is a
  * consistent snapshot of one sequence; rows of different sequences may be
  * from different moments if other threads append meanwhile.
  */

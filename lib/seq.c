@@ -2,16 +2,16 @@
 /*
  * seq.c - the operations on sequences: create, append (copy-on-write),
  * fork, free, truncate, StreamingLLM trim, priority, info, blocks (layer
- * 8, doc/architecture.md "Layers": over seqslab.c, btable.c, mgrstat.c,
+ * 8, doc/architecture.md "Layers": over seqmem.c, btable.c, mgrstat.c,
  * prefix.c, pool.c and seqmap.c).
  *
- * Owns no struct: it changes struct kvp_seq (seqslab.h) under the
+ * Owns no struct: it changes struct kvp_seq (seqmem.h) under the
  * sequence's lock, and its block table through btable.h.  It also owns
  * the access clock (tick, touch) that the preemption policies read.
  *
  * Correctness argument.
  *
- * A sequence is found and locked through seq_acquire (seqslab.c: the
+ * A sequence is found and locked through seq_acquire (seqmem.c: the
  * structs are type-stable, a stale pointer is safe to lock and check).
  *
  * Free (and preemption, which is a free chosen by policy, preempt.c):
@@ -19,7 +19,7 @@
  * true goes on, so concurrent frees and preemptions free a victim once.
  * It then removes the entry from the map, drops the block references (no
  * one reads the table of a dead sequence) and recycles the struct at once
- * (seq_release): threads that found it before the removal may still lock
+ * (seqmem_give): threads that found it before the removal may still lock
  * it, see dead or another id, and report -ENOENT.
  *
  * Fork against free of the source: fork takes one reference on each of the
@@ -134,7 +134,7 @@ void seq_remove_locked(struct kvp_manager *m, struct kvp_seq *s)
 	if (!seqmap_remove(&m->map, s->id, s))
 		kvp_fatal("a live sequence was missing from its map");
 	/* The table is ours: nobody reads a dead sequence's table, and the
-	 * struct is reused only after seq_release(). */
+	 * struct is reused only after seqmem_give(). */
 	sink_init(&sk, m);
 	btable_release(&s->table, &sk);
 	/* Its hits, the chain's head, come last: what its thread may hit
@@ -146,7 +146,7 @@ void seq_remove_locked(struct kvp_manager *m, struct kvp_seq *s)
 	stat_add(m, frees, 1);
 	stat_add(m, sequences, -1);
 	stat_add(m, tokens, -(int64_t)tokens);
-	seq_release(s);
+	seqmem_give(s);
 }
 
 /*
@@ -164,8 +164,8 @@ static void seq_bring_alive(struct kvp_manager *m, struct kvp_seq *s)
 	 * to the lockers that see s alive (they load `dead` with acquire). */
 	touch(s);
 	/* The caller's next call on it (an append) needs no map lookup.
-	 * Noted while s is still ours and dead: see seq_cache_note. */
-	seq_cache_note(m, id, s);
+	 * Noted while s is still ours and dead: see seqmem_note. */
+	seqmem_note(m, id, s);
 	atomic_store_explicit(&s->dead, false, memory_order_release);
 }
 
@@ -178,7 +178,7 @@ static void seq_bring_alive(struct kvp_manager *m, struct kvp_seq *s)
 static int seq_publish_dead(struct kvp_manager *m, uint64_t id,
 			    struct kvp_seq **out)
 {
-	struct kvp_seq *s = seq_take(m);
+	struct kvp_seq *s = seqmem_take(m);
 	int err;
 
 	if (!s)
@@ -186,7 +186,7 @@ static int seq_publish_dead(struct kvp_manager *m, uint64_t id,
 	s->id = id;
 	err = seqmap_insert(&m->map, id, s);
 	if (err) {
-		seq_release(s);
+		seqmem_give(s);
 		return err;
 	}
 	*out = s;
@@ -199,7 +199,7 @@ static void seq_unpublish(struct kvp_manager *m, struct kvp_seq *s)
 {
 	if (!seqmap_remove(&m->map, s->id, s))
 		kvp_fatal("a sequence being created was missing from its map");
-	seq_release(s);
+	seqmem_give(s);
 }
 
 /*

@@ -31,7 +31,7 @@
  * them and calls kvp_thread_flush, so that the managers return whole
  * slabs of sequence structs while the others look up, append to, fork
  * and free the same ids: their lookup caches hold entries for structs
- * whose slabs go back (seqslab.c, "Returning slabs").  With two threads
+ * whose slabs go back (seqmem.c, "Returning slabs").  With two threads
  * or more, the first only pokes: no creates of its own overwrite its
  * cache's entries.  The run fails unless slabs were returned.
  *
