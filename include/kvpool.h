@@ -345,8 +345,8 @@ KVP_API void kvp_thread_flush(void);
  *   kvp_manager_check             nothing on the pool          quiescence
  *   kvp_manager_destroy           nothing on this manager      -
  *
- * kvp_seq_fork racing kvp_seq_free of its source either forks all of it or
- * fails with -ENOENT.  No block is freed while a sequence holds it, none is
+ * kvp_seq_fork (and kvp_seq_fork_n) racing kvp_seq_free of its source
+ * either forks all of it or fails with -ENOENT.  No block is freed while a sequence holds it, none is
  * leaked.  Threads need no registration: a thread is registered with RCU on
  * first use and unregistered when it exits.
  */
@@ -545,6 +545,28 @@ KVP_API int kvp_seq_append_batch(struct kvp_manager *m, const uint64_t *seqs,
  */
 KVP_API int kvp_seq_fork(struct kvp_manager *m, uint64_t src, uint64_t dst);
 
+/* kvp_seq_fork_n flags: the source's last access and access count stay as
+ * they were (a fork that is not an access of the source, as a scheduler
+ * that forks a prompt for sampling may want for LRU and LFU). */
+#define KVP_FORK_KEEP_SOURCE (1u << 0)
+
+/*
+ * Creates the n sequences dsts[0..n), each as kvp_seq_fork(m, src,
+ * dsts[i]) would, in one call: one lookup and one lock of src, its
+ * references taken n at a time.  Unless flags has KVP_FORK_KEEP_SOURCE,
+ * src's access moves once, as for one kvp_seq_fork.  All or nothing: on
+ * any error no dsts[i] exists and nothing changed.  Errors, the first that
+ * applies wins: -EINVAL (NULL m or dsts, n == 0, n above KVP_FORK_N_MAX,
+ * an unknown flag); then, for dsts[0], dsts[1], ... in order, -EEXIST (the
+ * id is in use, src included, or repeats an earlier dsts[j]) or -ENOMEM
+ * (host memory for its struct); then -ENOENT (src unknown, or freed
+ * concurrently); then -EOVERFLOW (a block would exceed KVP_MAX_REFS) or
+ * -ENOMEM (host memory for the children's tables).
+ */
+#define KVP_FORK_N_MAX 65536u
+KVP_API int kvp_seq_fork_n(struct kvp_manager *m, uint64_t src,
+			   const uint64_t *dsts, uint32_t n, uint32_t flags);
+
 /*
  * Removes a sequence and drops its blocks' references, last block first.
  * Errors: -EINVAL, -ENOENT.
@@ -650,7 +672,8 @@ struct kvp_stats {
 	uint64_t seq_creates;	  /* kvp_seq_create successes */
 	uint64_t seq_frees;	  /* sequences freed (incl. evictions) */
 	uint64_t appends;	  /* kvp_seq_append successes */
-	uint64_t forks;		  /* kvp_seq_fork successes */
+	uint64_t forks;		  /* kvp_seq_fork successes, and kvp_seq_fork_n's
+				     children */
 	uint64_t evictions;	  /* sequences evicted */
 	uint64_t cow_copies;	  /* copy-on-write copies reported */
 	uint64_t blocks_allocated; /* blocks this manager took from the pool */
@@ -1148,7 +1171,9 @@ KVP_API int kvp_manager_set_event_cb(struct kvp_manager *m, kvp_event_cb cb,
  * -EBUSY (append first: copy-on-write gives the sequence its own copy of
  * a shared last block).  Reads and gathers of one sequence are consistent
  * with its writes (the sequence's lock orders them); the caller orders
- * them with its own kernels.
+ * them with its own kernels.  A data-owning pool of 0 blocks is
+ * data-owning all the same: its sequences hold no token, so every
+ * position is out of range (-ERANGE), never -EINVAL.
  */
 
 /*

@@ -618,6 +618,124 @@ KVP_API int kvp_seq_fork(struct kvp_manager *m, uint64_t src, uint64_t dst)
 	return 0;
 }
 
+static void fork_n_unpublish(struct kvp_manager *m, struct kvp_seq *d);
+
+/*
+ * kvp_seq_fork_n's children, published dead in order and chained through
+ * `link` (a taken struct is on no list), first child first.  0, or the
+ * first error (-EEXIST, -ENOMEM) with none of them left published.
+ */
+static int fork_n_publish(struct kvp_manager *m, const uint64_t *dsts,
+			  uint32_t n, struct kvp_seq **first)
+{
+	struct kvp_seq *last = NULL, *d;
+
+	*first = NULL;
+	for (uint32_t i = 0; i < n; i++) {
+		int err = seq_publish_dead(m, dsts[i], &d);
+
+		if (err) {
+			fork_n_unpublish(m, *first);
+			return err;
+		}
+		/* Relaxed: the struct is ours alone until brought alive. */
+		atomic_store_explicit(&d->link, NULL, memory_order_relaxed);
+		if (last)
+			atomic_store_explicit(&last->link, d,
+					      memory_order_relaxed);
+		else
+			*first = d;
+		last = d;
+	}
+	return 0;
+}
+
+static struct kvp_seq *fork_n_next(struct kvp_seq *d)
+{
+	return atomic_load_explicit(&d->link, memory_order_relaxed);
+}
+
+/* Takes the children of fork_n_publish out of the map and gives them
+ * back. */
+static void fork_n_unpublish(struct kvp_manager *m, struct kvp_seq *d)
+{
+	while (d) {
+		struct kvp_seq *next = fork_n_next(d);
+
+		seq_unpublish(m, d);
+		d = next;
+	}
+}
+
+/* Under src's lock: room in every child's table, then src's references,
+ * n at a time.  0, -ENOMEM or -EOVERFLOW with nothing shared. */
+static int fork_n_share(struct kvp_manager *m, struct kvp_seq *s,
+			struct kvp_seq *first, uint32_t n)
+{
+	for (struct kvp_seq *d = first; d; d = fork_n_next(d)) {
+		int err = btable_fork_room(&d->table, &s->table);
+
+		if (err)
+			return err;
+	}
+	return btable_share(&s->table, m->pool, n);
+}
+
+/*
+ * Every child is published dead before src is looked up, so a taken id
+ * fails first (as kvp_seq_fork's dst); src is locked once, and its
+ * references are taken n at a time before any child is filled in.
+ */
+KVP_API int kvp_seq_fork_n(struct kvp_manager *m, uint64_t src,
+			   const uint64_t *dsts, uint32_t n, uint32_t flags)
+{
+	struct kvp_seq *s, *first, *next;
+	uint32_t tokens, committed, hits;
+	int32_t priority;
+	bool trimmed;
+	int err;
+
+	if (!m || !dsts || n == 0 || n > KVP_FORK_N_MAX ||
+	    (flags & ~KVP_FORK_KEEP_SOURCE))
+		return -EINVAL;
+	err = fork_n_publish(m, dsts, n, &first);
+	if (err)
+		return err;
+	s = seq_acquire(m, src);
+	if (!s) {
+		fork_n_unpublish(m, first);
+		return -ENOENT;
+	}
+	err = fork_n_share(m, s, first, n);
+	if (err) {
+		seq_unlock(s);
+		fork_n_unpublish(m, first);
+		return err;
+	}
+	committed = s->committed;
+	hits = s->hits;
+	trimmed = s->trimmed;
+	tokens = seq_tokens(s);
+	priority = atomic_load_explicit(&s->priority, memory_order_relaxed);
+	for (struct kvp_seq *d = first; d; d = fork_n_next(d))
+		btable_fork_copy(&d->table, &s->table);
+	s->tail_shared = true;
+	if (!(flags & KVP_FORK_KEEP_SOURCE))
+		touch(s);
+	seq_unlock(s);
+	for (struct kvp_seq *d = first; d; d = next) {
+		/* Read first: once alive, a free may reuse d. */
+		next = fork_n_next(d);
+		seq_init(d, d->id, tokens, priority, true, committed, hits,
+			 trimmed);
+		seq_bring_alive(m, d);
+	}
+	stat_add(m, forks, n);
+	stat_add(m, sequences, n);
+	stat_add(m, tokens, (int64_t)tokens * n);
+	return 0;
+}
+
 KVP_API int kvp_seq_free(struct kvp_manager *m, uint64_t id)
 {
 	struct kvp_seq *s;
