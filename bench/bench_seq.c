@@ -61,6 +61,14 @@
  *            that one copy of 4 tokens) and frees the fork.  One op = one
  *            fork + append + free cycle.  (--workloads fork selects the
  *            three.)
+ *   fork_n4, fork_n16
+ *            parallel sampling: each thread owns S sources of 1,000
+ *            tokens and in turn makes N children of one of them in ONE
+ *            kvp_seq_fork_n call (the mutex peer: mm_fork_n, N children
+ *            under one hold of its lock), appends 1 token to each child
+ *            (each copies the shared partial block) and frees them.  One
+ *            op = one cycle of N children.  (--workloads fork_n selects
+ *            the two.)
  *   full     decode in a full pool (the regime every benchmark must
  *            cover): both managers cache prefixes (KVP_PREFIX_CACHE), the
  *            pool has 3/4 of the sequences' peak need, and a sequence that
@@ -105,9 +113,10 @@
  *   (1) batch, 2 threads: kvpool throughput >= 5x the mutex manager's;
  *   (2) decode, 2 threads: kvpool >= 4x the mutex manager;
  *   (3) decode, 1 thread: kvpool <= 15 ns per append (per sequence);
- *   (4)-(9) fork4, fork16, fork64: kvpool >= 1x the mutex manager at 1
- *       thread and >= 3x at 2 threads;
- *   (10)-(15) every workload at 8 threads (oversubscribed on small
+ *   (4)-(9) fork4, fork16, fork64: kvpool >= 0.6x, 1x and 1x the mutex
+ *       manager at 1 thread and >= 3x at 2 threads;
+ *   (10)-(13) fork_n4, fork_n16: kvpool >= 1.5x at 1 thread, >= 3x at 2;
+ *   (14)-(21) every workload at 8 threads (oversubscribed on small
  *       machines): kvpool >= 0.8 x its own 2-thread throughput;
  * and, as [INFO] lines, kvpool's own 2-thread over 1-thread throughput for
  * each workload (the median over reps of paired runs).  The exit status is
@@ -115,8 +124,8 @@
  *
  * Options: --threads 1,2,8  --seconds 0.3  --reps 5  --seqs 1024
  * --prompt 100  --batch 256  --workloads decode,batch,fork4,fork16,fork64,
- * full  --csv FILE.  The defaults (36 cells x 5 reps x 0.3 s plus set-up)
- * take about 70 s.
+ * full,fork_n4,fork_n16  --csv FILE.  The defaults (48 cells x 5 reps x
+ * 0.3 s plus set-up) take about 95 s.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -165,14 +174,24 @@ enum workload {
 	WL_FORK16,
 	WL_FORK64,
 	WL_FULL,
+	WL_FORKN4,
+	WL_FORKN16,
 	NUM_WL
 };
-static const char *const wl_name[NUM_WL] = {"decode", "batch",	"fork4",
-					    "fork16", "fork64", "full"};
+static const char *const wl_name[NUM_WL] = {
+	"decode", "batch", "fork4", "fork16", "fork64", "full", "fork_n4",
+	"fork_n16"};
 /* Full blocks of a fork workload's source sequences (0: not a fork). */
 static const uint32_t wl_fork_blocks[NUM_WL] = {
 	[WL_FORK4] = 4, [WL_FORK16] = 16, [WL_FORK64] = 64};
 #define WL_FORKS (1u << WL_FORK4 | 1u << WL_FORK16 | 1u << WL_FORK64)
+/* Children of one kvp_seq_fork_n call (0: not a fork_n workload), of a
+ * source of FORK_N_PROMPT tokens. */
+static const uint32_t wl_fork_n[NUM_WL] = {[WL_FORKN4] = 4,
+					   [WL_FORKN16] = 16};
+#define WL_FORK_NS (1u << WL_FORKN4 | 1u << WL_FORKN16)
+#define FORK_N_PROMPT 1000u
+#define FORK_N_MAX 16u
 
 enum peer { P_KVPOOL, P_MUTEX, NUM_PEERS };
 static const char *const peer_name[NUM_PEERS] = {"kvpool", "mutex-hashmap"};
@@ -319,6 +338,22 @@ ALWAYS_INLINE void op_fork(struct thr *t, bool kv, uint64_t src,
 			  peer_name[r->peer], (unsigned long long)src,
 			  (unsigned long long)dst, kvp_strerror(rc));
 	t->forks++;
+}
+
+/* n children of src, dsts[0..n), in one call (one lock hold for the
+ * mutex peer). */
+ALWAYS_INLINE void op_fork_n(struct thr *t, bool kv, uint64_t src,
+			     const uint64_t *dsts, uint32_t n)
+{
+	struct run *r = t->run;
+	int rc = kv ? kvp_seq_fork_n(r->mgr, src, dsts, n, 0)
+		    : mm_fork_n(&r->mm->mgr, src, dsts, n);
+
+	if (__builtin_expect(rc != 0, 0))
+		bench_die("%s: seq_fork_n(%#llx, %u children) failed: %s",
+			  peer_name[r->peer], (unsigned long long)src, n,
+			  kvp_strerror(rc));
+	t->forks += n;
 }
 
 /* Commits the full blocks of sequence id (ntok tokens) under hashes
@@ -504,6 +539,60 @@ ALWAYS_INLINE void *fork_body(struct thr *t, const bool kv)
 	return NULL;
 }
 
+/* Parallel sampling: n children of one source in one call, each
+ * appending one token (a copy of the shared partial block), then each
+ * freed.  One op = one such cycle. */
+ALWAYS_INLINE void *fork_n_body(struct thr *t, const bool kv)
+{
+	struct run *r = t->run;
+	const uint32_t S = r->per_thread, P = r->prompt, n = wl_fork_n[r->wl];
+	const uint32_t expect_cow = P % BLOCK_TOKENS ? 1 : 0;
+	const uint32_t cow_tokens = P % BLOCK_TOKENS;
+	uint64_t next = seq_id(t->tid, 0) | FORK_BIT, dsts[FORK_N_MAX];
+	uint64_t ops = 0;
+	uint32_t i = 0;
+
+	for (uint32_t j = 0; j < S; j++)
+		op_create(t, kv, seq_id(t->tid, j), P);
+
+#define FORK_N_ONE()                                                        \
+	do {                                                                \
+		for (uint32_t k_ = 0; k_ < n; k_++)                         \
+			dsts[k_] = next++;                                  \
+		op_fork_n(t, kv, seq_id(t->tid, i), dsts, n);               \
+		for (uint32_t k_ = 0; k_ < n; k_++)                         \
+			op_append1(t, kv, dsts[k_], expect_cow, cow_tokens); \
+		for (uint32_t k_ = 0; k_ < n; k_++)                         \
+			op_free(t, kv, dsts[k_]);                           \
+		if (++i == S)                                               \
+			i = 0;                                              \
+	} while (0)
+
+	for (uint32_t w = 0; w < WARMUP_FORK / n; w++)
+		FORK_N_ONE();
+	bench_sync_start(&r->sync);
+	while (!bench_sync_stopped(&r->sync)) {
+		FORK_N_ONE();
+		ops++;
+	}
+#undef FORK_N_ONE
+	bench_sync_done(&r->sync);
+	t->ops = ops;
+	for (uint32_t j = 0; j < S; j++)
+		op_free(t, kv, seq_id(t->tid, j));
+	return NULL;
+}
+
+static void *fork_n_kvp(void *arg)
+{
+	return fork_n_body(arg, true);
+}
+
+static void *fork_n_mtx(void *arg)
+{
+	return fork_n_body(arg, false);
+}
+
 static void *decode_kvp(void *arg)
 {
 	return decode_body(arg, true);
@@ -542,6 +631,8 @@ static worker_fn worker_for(enum peer p, enum workload w)
 		return p == P_KVPOOL ? decode_kvp : decode_mtx;
 	if (w == WL_BATCH)
 		return p == P_KVPOOL ? batch_kvp : batch_mtx;
+	if (wl_fork_n[w])
+		return p == P_KVPOOL ? fork_n_kvp : fork_n_mtx;
 	return p == P_KVPOOL ? fork_kvp : fork_mtx;
 }
 
@@ -565,6 +656,8 @@ static uint32_t prompt_tokens(const struct opts *o, enum workload w)
 {
 	if (wl_fork_blocks[w])
 		return wl_fork_blocks[w] * BLOCK_TOKENS + FORK_PARTIAL;
+	if (wl_fork_n[w])
+		return FORK_N_PROMPT;
 	return o->prompt;
 }
 
@@ -824,8 +917,9 @@ static void usage(FILE *f)
 		"                  (default %u)\n"
 		"  --workloads L   comma-separated subset of decode,batch,"
 		"fork4,fork16,\n"
-		"                  fork64,full; fork = the three fork rows "
-		"(default all)\n"
+		"                  fork64,full,fork_n4,fork_n16; fork = the "
+		"three fork rows,\n"
+		"                  fork_n = the two fork_n rows (default all)\n"
 		"  --csv FILE      also write every cell as CSV:\n"
 		"                  workload,peer,threads,rep_median_mops,"
 		"ns_per_op_per_thread\n",
@@ -834,7 +928,7 @@ static void usage(FILE *f)
 }
 
 /* A comma-separated list of workload names ("fork": the three fork
- * rows); exits 2 on a bad one. */
+ * rows, "fork_n": the two fork_n rows); exits 2 on a bad one. */
 static unsigned parse_workloads(const char *val)
 {
 	unsigned set = 0;
@@ -850,6 +944,8 @@ static unsigned parse_workloads(const char *val)
 				break;
 		if (len == 4 && !strncmp(p, "fork", 4)) {
 			set |= WL_FORKS;
+		} else if (len == 6 && !strncmp(p, "fork_n", 6)) {
+			set |= WL_FORK_NS;
 		} else if (w == NUM_WL) {
 			fprintf(stderr, "%s: --workloads: unknown workload "
 					"'%.*s' in '%s'\n",
@@ -972,10 +1068,11 @@ static void target_oversub(const struct opts *o, const char *tag,
 		     0.8);
 }
 
-/* Issue 24's targets. */
+/* Issue 24's targets, and issue 40's for forks and fork_n. */
 static void print_targets(const struct opts *o)
 {
 	static const enum workload forks[] = {WL_FORK4, WL_FORK16, WL_FORK64};
+	static const double forks_1t[] = {0.6, 1.0, 1.0};
 	double k1 = cell(o, WL_DECODE, 1, P_KVPOOL);
 	unsigned tag = 1;
 	char line[512], t[16];
@@ -999,9 +1096,15 @@ static void print_targets(const struct opts *o)
 	}
 	for (unsigned i = 0; i < sizeof(forks) / sizeof(forks[0]); i++) {
 		snprintf(t, sizeof(t), "(%u)", tag++);
-		target_ratio(o, t, forks[i], 1, 1.0);
+		target_ratio(o, t, forks[i], 1, forks_1t[i]);
 		snprintf(t, sizeof(t), "(%u)", tag++);
 		target_ratio(o, t, forks[i], 2, 3.0);
+	}
+	for (int w = WL_FORKN4; w <= WL_FORKN16; w++) {
+		snprintf(t, sizeof(t), "(%u)", tag++);
+		target_ratio(o, t, (enum workload)w, 1, 1.5);
+		snprintf(t, sizeof(t), "(%u)", tag++);
+		target_ratio(o, t, (enum workload)w, 2, 3.0);
 	}
 	for (int w = 0; w < NUM_WL; w++) {
 		snprintf(t, sizeof(t), "(%u)", tag++);
@@ -1100,6 +1203,11 @@ int main(int argc, char **argv)
 	       "    tokens (the append copies that block); %u sources split "
 	       "between the threads\n",
 	       FORK_PARTIAL, o.seqs);
+	printf("  fork_nN: N children of a %u-token source in one "
+	       "kvp_seq_fork_n (the mutex\n"
+	       "    peer: one lock hold), each appends 1 token (a copy) and "
+	       "is freed\n",
+	       FORK_N_PROMPT);
 	printf("  ID-only pool of up to %u blocks, kvpool cache %u "
 	       "blocks/thread (automatic)\n",
 	       max_blocks, st.cache_blocks);
@@ -1112,7 +1220,8 @@ int main(int argc, char **argv)
 		       c->reps * (c->seconds + 0.05));
 	printf("  Mops/s: ops per second, all threads (decode, batch, full: "
 	       "appends;\n"
-	       "    forkN: fork+append+free cycles)\n");
+	       "    forkN: fork+append+free cycles; fork_nN: cycles of N "
+	       "children)\n");
 	printf("  full: decode in a full pool of %u blocks or fewer "
 	       "(prefix caching; allocations evict)\n",
 	       full_pool_blocks(&o, 1));

@@ -40,6 +40,7 @@ ADMIT_OK, ADMIT_LATER, ADMIT_NEVER = 0, 1, 2
 _EVENT_TYPES = {0: "stored", 1: "removed", 2: "cleared"}
 POOL_ZERO, POOL_NOCACHE, POOL_K_ONLY = 1, 2, 4
 PREFIX_CACHE, EXACT_LIMITS = 1, 2
+FORK_KEEP_SOURCE = 1  # kvp_seq_fork_n's flag
 #: kvp_append_info.last_block when the sequence holds no block.
 NO_BLOCK = 0xFFFFFFFF
 METRICS_PROMETHEUS, METRICS_NO_EOF = 1, 2
@@ -771,6 +772,18 @@ class Manager:
         _check(lib.kvp_seq_fork(self._m, src, dst), "fork")
         return Sequence(self, dst)
 
+    def fork_n(self, src, dsts, keep_source=False):
+        """Creates the sequences dsts (a list or a 1-D NumPy array of ids),
+        each sharing all of src's blocks, in one call: parallel sampling
+        or beam search.  All or nothing: on an error none of them exists.
+        keep_source leaves src's last access and access count as they
+        were (KVP_FORK_KEEP_SOURCE).  Returns their handles, in order."""
+        c, n, keep = _u64(dsts)
+        flags = FORK_KEEP_SOURCE if keep_source else 0
+        _check(lib.kvp_seq_fork_n(self._m, src, c, n, flags), "fork_n")
+        return [Sequence(self, int(d)) for d in (keep if keep is not None
+                                                 else dsts)]
+
     def free(self, seq):
         _check(lib.kvp_seq_free(self._m, seq), "free")
 
@@ -1018,6 +1031,9 @@ class Sequence:
 
     def fork(self, dst):
         return self.manager.fork(self.id, dst)
+
+    def fork_n(self, dsts, keep_source=False):
+        return self.manager.fork_n(self.id, dsts, keep_source)
 
     def free(self):
         self.manager.free(self.id)

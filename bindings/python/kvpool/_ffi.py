@@ -84,6 +84,8 @@ int kvp_seq_append_batch(struct kvp_manager *m, const uint64_t *seqs,
                          struct kvp_copy *cow, uint32_t cow_cap,
                          uint32_t *ncow);
 int kvp_seq_fork(struct kvp_manager *m, uint64_t src, uint64_t dst);
+int kvp_seq_fork_n(struct kvp_manager *m, uint64_t src, const uint64_t *dsts,
+                   uint32_t n, uint32_t flags);
 int kvp_seq_free(struct kvp_manager *m, uint64_t seq);
 int kvp_seq_truncate(struct kvp_manager *m, uint64_t seq, uint32_t num_tokens);
 int kvp_seq_stream_trim(struct kvp_manager *m, uint64_t seq,

@@ -114,6 +114,48 @@ class TestManager(unittest.TestCase):
         f.free()
         self.assertEqual(self.pool.stats().used, 0)
 
+    def test_fork_n(self):
+        m = self.m
+        s = m.create(1, 20)
+        before = s.info()
+        kids = m.fork_n(1, [2, 3, 4])
+        self.assertEqual([k.id for k in kids], [2, 3, 4])
+        for k in kids:
+            self.assertEqual(as_list(k.blocks()), as_list(s.blocks()))
+            self.assertEqual(k.info().num_tokens, 20)
+        self.assertEqual(s.info().access_count, before.access_count + 1)
+        self.assertEqual(m.stats().forks, 3)
+        # keep_source: the source's access stays; a Sequence forks too.
+        before = s.info()
+        more = s.fork_n([5, 6], keep_source=True)
+        self.assertEqual([k.id for k in more], [5, 6])
+        after = s.info()
+        self.assertEqual((after.last_access, after.access_count),
+                         (before.last_access, before.access_count))
+        # All or nothing: a taken id fails the call, no child is made.
+        with self.assertRaises(kvpool.Exists):
+            m.fork_n(1, [7, 8, 2])
+        with self.assertRaises(kvpool.Exists):
+            m.fork_n(1, [7, 7])
+        with self.assertRaises(kvpool.NotFound):
+            m.fork_n(99, [7, 8])
+        with self.assertRaises(kvpool.InvalidArgument):
+            m.fork_n(1, [])
+        for gone in (7, 8):
+            with self.assertRaises(kvpool.NotFound):
+                m.info(gone)
+        self.assertEqual(m.stats().sequences, 6)
+        if NUMPY:
+            import numpy as np
+            arr = m.fork_n(1, np.array([9, 10], dtype=np.uint64))
+            self.assertEqual([k.id for k in arr], [9, 10])
+            more += arr
+        m.check()
+        for k in kids + more:
+            k.free()
+        s.free()
+        self.assertEqual(self.pool.stats().used, 0)
+
     def test_errors(self):
         m = self.m
         with self.assertRaises(kvpool.NotFound) as cm:

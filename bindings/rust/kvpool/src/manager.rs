@@ -461,6 +461,34 @@ impl Manager {
         check(unsafe { sys::kvp_seq_fork(self.as_ptr(), src, dst) }).map(|_| ())
     }
 
+    /// Creates the sequences dsts, each sharing all of src's blocks as
+    /// [`Manager::fork`] would, in one call: n > 1 sampling or beam search
+    /// (one lookup and one lock of src, its references taken together).
+    /// src's access moves once.  All or nothing: on an error none of dsts
+    /// exists.  Errors, the first that applies: InvalidArgument (dsts
+    /// empty or longer than the library's limit), then for each dst in
+    /// order Exists (in use, src included, or a repeat) or NoMemory, then
+    /// NotFound (src), then Overflow or NoMemory.
+    pub fn fork_n(&self, src: u64, dsts: &[u64]) -> Result<()> {
+        self.fork_n_flags(src, dsts, 0)
+    }
+
+    /// [`Manager::fork_n`] that leaves src's last access and access count
+    /// as they were (`KVP_FORK_KEEP_SOURCE`): forking a prompt for
+    /// sampling does not count as an access of it for LRU and LFU.
+    pub fn fork_n_keep_source(&self, src: u64, dsts: &[u64]) -> Result<()> {
+        self.fork_n_flags(src, dsts, sys::KVP_FORK_KEEP_SOURCE)
+    }
+
+    fn fork_n_flags(&self, src: u64, dsts: &[u64], flags: u32) -> Result<()> {
+        // More ids than a u32 counts: the library's limit is far below.
+        let n = u32::try_from(dsts.len()).unwrap_or(u32::MAX);
+        // SAFETY: dsts is valid for n reads (or n is past the limit, and
+        // the call fails before reading).
+        check(unsafe { sys::kvp_seq_fork_n(self.as_ptr(), src, dsts.as_ptr(), n, flags) })
+            .map(|_| ())
+    }
+
     /// Frees seq (its blocks go back to the pool, or to the prefix
     /// cache).
     pub fn free(&self, seq: u64) -> Result<()> {

@@ -13,6 +13,9 @@ pub const KVP_POOL_NOCACHE: u32 = 1 << 1;
 pub const KVP_POOL_K_ONLY: u32 = 1 << 2;
 /// `KVP_PREFIX_CACHE`: the manager keeps a hash -> block prefix cache.
 pub const KVP_PREFIX_CACHE: u32 = 1 << 0;
+/// `KVP_FORK_KEEP_SOURCE`: kvp_seq_fork_n leaves the source's last access
+/// and access count as they were.
+pub const KVP_FORK_KEEP_SOURCE: u32 = 1 << 0;
 /// `KVP_EXACT_LIMITS`: the threshold and watermark are taken as
 /// given, 0 included (without it 0 means the default).
 pub const KVP_EXACT_LIMITS: u32 = 1 << 1;
@@ -210,6 +213,15 @@ extern "C" {
     pub fn kvp_seq_reserve(m: *mut kvp_manager, seq: u64, num_tokens: u32) -> c_int;
     /// Creates dst sharing src's blocks.
     pub fn kvp_seq_fork(m: *mut kvp_manager, src: u64, dst: u64) -> c_int;
+    /// Creates the n sequences dsts[0..n) sharing src's blocks, in one
+    /// call (all or nothing).
+    pub fn kvp_seq_fork_n(
+        m: *mut kvp_manager,
+        src: u64,
+        dsts: *const u64,
+        n: u32,
+        flags: u32,
+    ) -> c_int;
     /// Frees a sequence.
     pub fn kvp_seq_free(m: *mut kvp_manager, seq: u64) -> c_int;
     /// Rolls a sequence back to num_tokens tokens.
