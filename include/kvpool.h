@@ -560,8 +560,8 @@ KVP_API int kvp_seq_fork(struct kvp_manager *m, uint64_t src, uint64_t dst);
  * an unknown flag); then, for dsts[0], dsts[1], ... in order, -EEXIST (the
  * id is in use, src included, or repeats an earlier dsts[j]) or -ENOMEM
  * (host memory for its struct); then -ENOENT (src unknown, or freed
- * concurrently); then -EOVERFLOW (a block would exceed KVP_MAX_REFS) or
- * -ENOMEM (host memory for the children's tables).
+ * concurrently); then -ENOMEM (host memory for the children's tables);
+ * then -EOVERFLOW (a block would exceed KVP_MAX_REFS).
  */
 #define KVP_FORK_N_MAX 65536u
 KVP_API int kvp_seq_fork_n(struct kvp_manager *m, uint64_t src,

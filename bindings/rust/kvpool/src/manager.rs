@@ -468,7 +468,7 @@ impl Manager {
     /// exists.  Errors, the first that applies: InvalidArgument (dsts
     /// empty or longer than the library's limit), then for each dst in
     /// order Exists (in use, src included, or a repeat) or NoMemory, then
-    /// NotFound (src), then Overflow or NoMemory.
+    /// NotFound (src), then NoMemory, then Overflow.
     pub fn fork_n(&self, src: u64, dsts: &[u64]) -> Result<()> {
         self.fork_n_flags(src, dsts, 0)
     }
