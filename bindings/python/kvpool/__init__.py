@@ -15,7 +15,7 @@ once; every C call releases the GIL.  The event callback (see
 Manager.set_event_callback) runs in the thread whose call caused the
 event.  Errors raise kvpool.Error subclasses (an OSError with errno and
 kvp_strerror's text): NoSpace (with the requested and available blocks),
-NotFound, Exists, InvalidArgument, ...
+BufferTooSmall, NotFound, Exists, InvalidArgument, ...
 
 The library is found through $KVPOOL_LIBRARY (a path), then the libdir
 `make install` recorded, then the dynamic linker's search path.
@@ -26,8 +26,8 @@ from ._core import (ADMIT_LATER, ADMIT_NEVER, ADMIT_OK, DTYPES, HASH_ALGOS,
                     AppendInfo, BlockHashes, Copy, Event, Layout, Manager,
                     Pool, PoolConfig, PoolStats, SeqInfo, Sequence, Stats,
                     hash_blocks, set_xxh3_seed, thread_flush)
-from .errors import (AlreadyFree, Busy, CheckFailed, Error, Exists,
-                     InvalidArgument, NoMemory, NoSpace, NotFound,
+from .errors import (AlreadyFree, BufferTooSmall, Busy, CheckFailed, Error,
+                     Exists, InvalidArgument, NoMemory, NoSpace, NotFound,
                      OutOfRange, Overflow, strerror)
 
 __license__ = "MIT"
@@ -38,6 +38,7 @@ __all__ = ["Pool", "Manager", "Sequence", "Layout", "PoolConfig",
            "set_xxh3_seed", "thread_flush", "strerror", "DTYPES", "POLICIES",
            "HASH_ALGOS", "RETAIN_DEFAULT", "RETAIN_MAX", "RETAIN_PIN",
            "ADMIT_OK", "ADMIT_LATER", "ADMIT_NEVER", "LIBRARY",
-           "Error", "InvalidArgument", "NoSpace", "NoMemory", "NotFound",
+           "Error", "InvalidArgument", "NoSpace", "BufferTooSmall",
+           "NoMemory", "NotFound",
            "Exists", "OutOfRange", "AlreadyFree", "Overflow", "Busy",
            "CheckFailed"]

@@ -328,8 +328,9 @@ def hash_blocks(tokens, block_tokens, algo="sha256", parent=None, salt=None,
         lora_c = ffi.new("char[]", lora.encode()) if lora else ffi.NULL
         keys.salt, keys.salt_len, keys.lora = salt_c, len(salt or b""), \
             lora_c
-    out._n = _check(lib.kvp_hash_blocks(a, par, keys, toks, n, block_tokens,
-                                        out._c), "hash_blocks")
+    out._n = _check(lib.kvp_hash_blocks_cap(a, par, keys, toks, n,
+                                            block_tokens, out._c,
+                                            max(nblocks, 1)), "hash_blocks")
     return out
 
 
@@ -508,7 +509,7 @@ class Pool:
             buf = ffi.new("char[]", cap)
             rc = lib.kvp_metrics_format(self._p, arr, len(mgrs), flags, buf,
                                         cap, n)
-            if rc != -_errno.ENOSPC:
+            if rc != -_errno.ENOBUFS:
                 _check(rc, "metrics")
                 return ffi.string(buf, n[0]).decode("utf-8")
             cap = n[0] + 4096  # counters may have grown meanwhile
@@ -621,7 +622,7 @@ class Manager:
         while True:
             ids = ffi.new("uint64_t[]", cap)
             rc = lib.kvp_manager_seqs(self._m, ids, cap, n)
-            if rc != -_errno.ENOSPC:
+            if rc != -_errno.ENOBUFS:
                 _check(rc, "sequences")
                 return list(ids[0:n[0]])
             cap = max(n[0] + 16, 2 * cap)  # more may come meanwhile
@@ -806,7 +807,7 @@ class Manager:
             arr, p = _out("int32_t", cap)
             rc = lib.kvp_seq_blocks(self._m, seq,
                                     ffi.cast("uint32_t *", p), cap, n)
-            if rc != -_errno.ENOSPC:
+            if rc != -_errno.ENOBUFS:
                 _check(rc, "blocks")
                 return _result(arr, n[0])
             cap = max(n[0], 2 * cap)
@@ -912,7 +913,7 @@ class Manager:
                             "block_table")
             arr, p = _out("int32_t", n * stride)
             rc = lib.kvp_export_block_table(self._m, s, n, p, stride, pad)
-            if rc == -_errno.ENOSPC:
+            if rc == -_errno.ENOBUFS:
                 continue  # a sequence grew meanwhile
             _check(rc, "block_table")
             if np is not None:
@@ -929,7 +930,7 @@ class Manager:
             indices, pi = _out("int32_t", need)
             last, pl = _out("int32_t", n)
             rc = lib.kvp_export_csr(self._m, s, n, pp, pi, need, pl)
-            if rc == -_errno.ENOSPC:
+            if rc == -_errno.ENOBUFS:
                 continue
             _check(rc, "csr")
             return (_result(indptr, n + 1), _result(indices, need),

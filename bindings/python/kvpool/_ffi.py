@@ -136,6 +136,11 @@ int kvp_hash_blocks(int algo, const struct kvp_hash *parent,
                     const struct kvp_hash_keys *keys, const uint32_t *tokens,
                     uint32_t ntokens, uint32_t block_tokens,
                     struct kvp_hash *out);
+int kvp_hash_blocks_cap(int algo, const struct kvp_hash *parent,
+                        const struct kvp_hash_keys *keys,
+                        const uint32_t *tokens, uint32_t ntokens,
+                        uint32_t block_tokens, struct kvp_hash *out,
+                        uint32_t cap);
 int kvp_hash_set_xxh3_seed(uint64_t seed);
 int kvp_prefix_match(struct kvp_manager *m, const struct kvp_hash *hashes,
                      uint32_t nhashes, uint32_t *cached_blocks);

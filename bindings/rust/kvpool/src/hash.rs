@@ -63,9 +63,9 @@ pub fn hash_blocks(
             .as_ref()
             .map_or(ptr::null(), |s| s.as_ptr() as *const c_char),
     };
-    // SAFETY: out has room for every full block; k's pointers live.
+    // SAFETY: out has room for out.len() hashes; k's pointers live.
     let got = check(unsafe {
-        sys::kvp_hash_blocks(
+        sys::kvp_hash_blocks_cap(
             algo as c_int,
             parent.map_or(ptr::null(), |p| p as *const _),
             &k,
@@ -73,6 +73,7 @@ pub fn hash_blocks(
             n,
             block_tokens,
             out.as_mut_ptr(),
+            len32(out.len())?,
         )
     })?;
     out.truncate(got as usize);

@@ -8,7 +8,7 @@ use std::fmt;
 use std::os::raw::c_int;
 use std::ptr::{self, NonNull};
 
-use crate::error::{check, len32, Error, Result, ENOSPC};
+use crate::error::{check, len32, Error, Result, ENOBUFS};
 use crate::events::EventFn;
 use crate::{sys, Pool};
 
@@ -384,7 +384,7 @@ impl Manager {
             // SAFETY: ids has room for cap entries; the call writes *n
             // of them on success.
             let rc = unsafe { sys::kvp_manager_seqs(self.as_ptr(), ids.as_mut_ptr(), cap, &mut n) };
-            if rc == -ENOSPC {
+            if rc == -ENOBUFS {
                 // More sequences meanwhile: room for a few more.
                 ids.reserve(with_slack(n).max(cap as usize + 1));
                 continue;
@@ -519,7 +519,7 @@ impl Manager {
             // them on success.
             let rc =
                 unsafe { sys::kvp_seq_blocks(self.as_ptr(), seq, ids.as_mut_ptr(), cap, &mut n) };
-            if rc == -ENOSPC {
+            if rc == -ENOBUFS {
                 // The count needed (more if seq grew meanwhile).
                 ids.reserve((n as usize).max(cap as usize + 1));
                 continue;

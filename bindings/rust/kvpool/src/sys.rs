@@ -90,13 +90,13 @@ pub struct kvp_hash_keys {
     /// LoRA adapter name (NUL-terminated) or NULL.
     pub lora: *const c_char,
 }
-/// `struct kvp_error_info`: the calling thread's last -ENOSPC.
+/// `struct kvp_error_info`: the calling thread's last -ENOSPC or -ENOBUFS.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct kvp_error_info {
-    /// -ENOSPC.
+    /// -ENOSPC or -ENOBUFS.
     pub err: c_int,
-    /// 1: a caller's buffer was too small; 0: not enough blocks.
+    /// 1: -ENOBUFS, a caller's buffer was too small; 0: -ENOSPC, blocks.
     pub buffer: u32,
     /// Blocks (or buffer entries) the call needed.
     pub requested: u64,
@@ -138,7 +138,7 @@ use super::{BlockCopy, BlockHash, PoolStats, SeqInfo, Stats};
 extern "C" {
     /// A static description of a return value.
     pub fn kvp_strerror(err: c_int) -> *const c_char;
-    /// The calling thread's last -ENOSPC details.
+    /// The calling thread's last -ENOSPC or -ENOBUFS details.
     pub fn kvp_last_error(out: *mut kvp_error_info) -> c_int;
     /// Creates a pool.
     pub fn kvp_pool_create(cfg: *const kvp_pool_config, out: *mut *mut kvp_pool) -> c_int;
@@ -302,6 +302,17 @@ extern "C" {
         ntokens: u32,
         block_tokens: u32,
         out: *mut BlockHash,
+    ) -> c_int;
+    /// kvp_hash_blocks into out[0..cap) (-ENOBUFS when short).
+    pub fn kvp_hash_blocks_cap(
+        algo: c_int,
+        parent: *const BlockHash,
+        keys: *const kvp_hash_keys,
+        tokens: *const u32,
+        ntokens: u32,
+        block_tokens: u32,
+        out: *mut BlockHash,
+        cap: u32,
     ) -> c_int;
     /// Seeds XXH3-128 hashes process-wide.
     pub fn kvp_hash_set_xxh3_seed(seed: u64) -> c_int;
