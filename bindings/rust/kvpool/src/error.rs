@@ -11,11 +11,14 @@ use crate::sys;
 /// A failed kvpool call: the negative errno the C function returned and,
 /// for a no-space error (`ENOSPC`) or a buffer too small (`ENOBUFS`), the
 /// details the C library recorded (`kvp_last_error`): how many blocks (or
-/// buffer entries) the call needed and how many it could have had.
+/// buffer entries) the call needed and how many it could have had.  An
+/// invalid argument the crate caught before the C call also says which
+/// ([`Error::detail`]: "Manager: eviction_threshold must be in [0, 1]").
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct Error {
     code: i32,
     space: Option<Space>,
+    detail: Option<&'static str>,
 }
 
 /// kvp_last_error's record of an ENOSPC or an ENOBUFS.
@@ -81,13 +84,36 @@ impl Error {
                 });
             }
         }
-        Error { code: -rc, space }
+        Error {
+            code: -rc,
+            space,
+            detail: None,
+        }
     }
     pub(crate) fn from_errno(code: i32) -> Error {
-        Error { code, space: None }
+        Error {
+            code,
+            space: None,
+            detail: None,
+        }
     }
     pub(crate) fn invalid() -> Error {
         Error::from_errno(EINVAL)
+    }
+    /// An invalid argument, named with its allowed values ("Pool:
+    /// block_tokens must be at least 1").
+    pub(crate) fn invalid_arg(detail: &'static str) -> Error {
+        Error {
+            code: EINVAL,
+            space: None,
+            detail: Some(detail),
+        }
+    }
+    /// For an invalid argument the crate caught: which argument and what
+    /// it may be ("Manager: watermark must be in [0, 1)").  None
+    /// otherwise.
+    pub fn detail(&self) -> Option<&'static str> {
+        self.detail
     }
     /// The errno (positive).
     pub fn errno(&self) -> i32 {
@@ -154,6 +180,9 @@ impl fmt::Debug for Error {
                 s.available
             )?;
         }
+        if let Some(d) = self.detail {
+            write!(f, ": {}", d)?;
+        }
         write!(f, ")")
     }
 }
@@ -177,7 +206,10 @@ impl fmt::Display for Error {
                 s.available,
                 self.code
             ),
-            None => write!(f, "kvpool: {} (errno {})", self.message(), self.code),
+            None => match self.detail {
+                Some(d) => write!(f, "kvpool: {}: {} (errno {})", self.message(), d, self.code),
+                None => write!(f, "kvpool: {} (errno {})", self.message(), self.code),
+            },
         }
     }
 }
