@@ -269,8 +269,12 @@ struct kvp_pool_stats {
 	uint64_t used;		   /* total - free */
 	uint64_t in_thread_caches; /* free blocks parked in thread caches */
 	uint64_t peak_used;	   /* highest `used` seen; see below */
-	uint64_t allocs;	   /* blocks handed out since creation */
-	uint64_t frees;		   /* blocks returned (refcount reached 0) */
+	/* References going 0 -> 1 since creation: blocks handed out by
+	 * allocations, and cached blocks revived by prefix-cache hits. */
+	uint64_t allocs;
+	/* References going 1 -> 0: frees, and cached blocks going idle
+	 * (they stay cached), so a hit and its release count in both. */
+	uint64_t frees;
 	uint32_t cache_blocks;	   /* per-thread cache capacity in effect */
 	uint32_t threads;	   /* thread caches attached to the pool */
 	/* Cached blocks nobody references (prefix caching), or only

@@ -93,7 +93,11 @@ class AppendInfo:
 
 @dataclasses.dataclass(frozen=True)
 class PoolStats:
-    """kvp_pool_stats(): exact at quiescence, approximate otherwise."""
+    """kvp_pool_stats(): exact at quiescence, approximate otherwise.
+
+    allocs counts references going 0 -> 1 (allocations and revived
+    prefix-cache hits), frees references going 1 -> 0 (frees and cached
+    blocks going idle, which stay cached)."""
     total: int
     free: int
     used: int

@@ -181,9 +181,10 @@ pub struct PoolStats {
     pub in_thread_caches: u64,
     /// Highest `used` seen.
     pub peak_used: u64,
-    /// Blocks handed out since creation.
+    /// References going 0 -> 1: allocated blocks and revived
+    /// prefix-cache hits.
     pub allocs: u64,
-    /// Blocks returned (refcount reached 0).
+    /// References going 1 -> 0: frees and cached blocks going idle.
     pub frees: u64,
     /// Per-thread cache capacity in effect.
     pub cache_blocks: u32,
