@@ -1,10 +1,11 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
-# lib/ is layered (doc/architecture.md, "Layers"): no file calls a file that
-# calls it back, directly or around a circle.  tools/lib-callgraph.py prints
-# the call graph between lib/'s files from the objects and the headers'
-# inline functions, and fails on a cycle.  And the libraries link no
-# libstdc++.
+# lib/ and tools/ are layered (doc/architecture.md, "Layers"; tools/sim.h,
+# "The floors"): no file calls a file that calls it back, directly or around
+# a circle.  tools/lib-callgraph.py prints the call graph between the files
+# of lib/, then of tools/ (the kvpool command's objects), from the objects
+# and the headers' inline functions, and fails on a cycle in either.  And
+# the libraries link no libstdc++.
 b=${top_builddir:-.}
 s=${top_srcdir:-.}
 py=${PYTHON:-python3}
@@ -21,4 +22,7 @@ for so in "$b/lib/.libs/libkvpool.so" "$b/events/.libs/libkvpool-events.so"; do
 		exit 1
 	fi
 done
-exec "$py" "$s/tools/lib-callgraph.py" "$s/lib" "$b/lib"
+rc=0
+"$py" "$s/tools/lib-callgraph.py" "$s/lib" "$b/lib" || rc=1
+"$py" "$s/tools/lib-callgraph.py" "$s/tools" "$b/tools" kvpool- || rc=1
+exit $rc

@@ -1,16 +1,21 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
-"""lib-callgraph.py - the call graph of lib/ between files, and its cycles.
+"""lib-callgraph.py - the call graph between the files of lib/ (or of
+tools/), and its cycles.
 
-usage: tools/lib-callgraph.py [SRCDIR [OBJDIR]]   (after `make`; both
-       default to lib, OBJDIR is the build tree's lib for a VPATH build)
+usage: tools/lib-callgraph.py [SRCDIR [OBJDIR [PREFIX]]]   (after `make`)
+       SRCDIR defaults to lib; OBJDIR (the build tree's directory, for a
+       VPATH build) to SRCDIR; PREFIX (what automake puts before each
+       object's name) to libkvpool_la-.  tests/test_layers.sh runs it on
+       lib, and on tools with kvpool- (the `kvpool` command's objects).
 
 Edges come from two sources: each object file's undefined symbols,
 resolved to the object that defines them (`nm`), and calls to the static
 inline functions of each header, found in the sources (a header's inline
 functions belong to the .c file of the same name, or to the header itself
-for stack.h, compiler.h, tsan.h).  Prints one line per edge, then the
-cycles (none for a layered lib/); exits 1 if there is a cycle.
+for stack.h, compiler.h, tsan.h, sim_run.h).  Prints one line per edge,
+then the cycles (none for a layered lib/ or tools/); exits 1 if there is
+a cycle.
 """
 import glob
 import os
@@ -20,14 +25,15 @@ import sys
 
 libdir = sys.argv[1] if len(sys.argv) > 1 else "lib"
 objdir = sys.argv[2] if len(sys.argv) > 2 else libdir
-objs = glob.glob(os.path.join(objdir, ".libs", "libkvpool_la-*.o")) or glob.glob(
-    os.path.join(objdir, "libkvpool_la-*.o"))
+prefix = sys.argv[3] if len(sys.argv) > 3 else "libkvpool_la-"
+objs = glob.glob(os.path.join(objdir, ".libs", prefix + "*.o")) or glob.glob(
+    os.path.join(objdir, prefix + "*.o"))
 if not objs:
     sys.exit("lib-callgraph: no object files under %s: run make first" % objdir)
 
 
 def unit(path):
-    return re.sub(r"^libkvpool_la-", "", os.path.basename(path))[:-2] + ".c"
+    return os.path.basename(path)[len(prefix):-2] + ".c"
 
 
 defined, undefined = {}, {}

@@ -10,7 +10,18 @@
  * peers' pools and managers, the run, the checks after it), sim_sched.c
  * (the scheduler threads and their queues), sim_report.c (text and JSON
  * reports), sim_sweep.c (pool capacities: the unlimited size, the memory
- * check, --sweep-capacity), sim_metrics.c (--metrics scrapes).
+ * check, --sweep-capacity), sim_metrics.c (--metrics scrapes),
+ * sim_common.c (the peers' and policies' names, a request's footprint).
+ *
+ * The floors.  A file calls only files below it, so no two files call
+ * each other, directly or around a circle (tests/test_layers.sh runs
+ * tools/lib-callgraph.py over tools/ as over lib/).  Bottom to top:
+ * the helpers (hist.c, plot.c, jsonl.c, workload.c) and sim_common.c;
+ * sim_report.c, sim_metrics.c, sim_opts.c; sim_sched.c; sim_replay.c;
+ * sim_sweep.c; sim.c, the command; kvpool.c.  The check counts a
+ * header's inline functions as calls to the .c file of its name, so
+ * this header, which every floor includes, has none: what the floors
+ * below sim.c share lives in sim_common.c.
  *
  * Single-threaded apart from sim_sched.c's threads, which read the
  * options and the workload only.
@@ -43,7 +54,7 @@ enum op {
 	NUM_OPS
 };
 
-/* Names as printed and parsed (sim_report.c). */
+/* Names as printed and parsed (sim_common.c). */
 extern const char *const sim_peer_name[];
 extern const char *const sim_policy_name[]; /* by enum kvp_policy */
 #define SIM_NUM_POLICIES 4u
@@ -109,15 +120,10 @@ struct sim_result {
 	struct hist lat[NUM_OPS];
 };
 
-/* Blocks request r can hold at once: its prompt, each sample's private
- * decode blocks and one copy-on-write block per sample. */
-static inline uint64_t sim_footprint(const struct wl_req *r, uint32_t bt)
-{
-	uint64_t in = (r->input_len + (uint64_t)bt - 1) / bt;
-	uint64_t all = ((uint64_t)r->input_len + r->output_len + bt - 1) / bt;
-
-	return in + (uint64_t)r->n * (all - in + 1);
-}
+/* sim_common.c: the blocks request r can hold at once on a pool of
+ * bt-token blocks: its prompt, each sample's private decode blocks and
+ * one copy-on-write block per sample. */
+uint64_t sim_footprint(const struct wl_req *r, uint32_t bt);
 
 /* sim_opts.c: fills *o from argv; exits 0 after --help, 2 on a usage
  * error (one line, and a pointer to --help). */

@@ -4,7 +4,7 @@
  * (the workload and configuration, then each replay's throughput, hit
  * rate, pool use, requests, and per-operation latencies), the --json
  * object, the publisher's counts with --publish, and the names printed
- * for peers, policies and operations.
+ * for operations (sim_common.c names the peers and policies).
  */
 #include <stdbool.h>
 #include <stdint.h>
@@ -17,9 +17,6 @@
 
 #include "sim.h"
 
-const char *const sim_peer_name[] = {"kvpool", "mutex"};
-const char *const sim_policy_name[SIM_NUM_POLICIES] = {"lru", "lfu", "longest",
-						       "priority"};
 static const char *const op_name[NUM_OPS] = {
 	"create_cached", "commit", "append", "fork", "free", "evict",
 };
