@@ -1000,7 +1000,7 @@ END_TEST
 
 /*
  * kvp_hash_blocks_cap: a prompt of 300 blocks into room for 256 (the
- * README's h[256] past 4,096 tokens) is -ENOBUFS with out untouched and
+ * README's old h[256] past 4,096 tokens) is -ENOBUFS with out untouched and
  * the need in kvp_last_error; room for all gives kvp_hash_blocks's
  * hashes.  Arguments are checked before the capacity.
  */

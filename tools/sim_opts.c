@@ -372,8 +372,7 @@ static const struct opt options[] = {
 	U64("--metrics-every", "N", metrics_every, 1, UINT64_MAX,
 	    "with --metrics: also FILE.000001, FILE.000002, ..., a\n"
 	    "scrape every N scheduler steps (all threads' steps)."),
-	SECTION("events (libkvpool-events; kvpool(1), README \"Joining a "
-		"cluster\"):"),
+	SECTION("events (libkvpool-events; kvpool(1), doc/events.md):"),
 	FN_AT("--publish", "ENDPOINT", set_endpoint, publish, const char *,
 	      "publish the replay's KV events, vLLM's wire format\n"
 	      "(ZeroMQ PUB bound there, e.g. tcp://127.0.0.1:5557)."),

@@ -19,5 +19,5 @@ py "$s/bindings/python/tests/test_threads.py"
 py "$s/examples/scheduler.py" >/dev/null
 echo "python: examples/scheduler.py ran"
 # The README's example, as written.
-readme_python "Using kvpool from Python"
+readme_python "A first program in Python"
 echo "python: the README's example ran"
