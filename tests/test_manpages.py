@@ -66,6 +66,14 @@ for fn in COUNTS:
     if not re.search(r"\b%s\s*\(" % fn, ret):
         misses.append("kvpool(3): RETURN VALUE does not say what %s() "
                       "returns on success" % fn)
+# THREAD SAFETY says what needs the caller's exclusion.
+m = re.search(r"^\.SH THREAD SAFETY\n(.*?)^\.SH ", man3, re.S | re.M)
+ts = plain(m.group(1)) if m else ""
+for fn in ["kvp_manager_set_event_cb", "kvp_manager_destroy",
+           "kvp_pool_check", "kvp_manager_check"]:
+    if not re.search(r"\b%s\s*\(" % fn, ts):
+        misses.append("kvpool(3): THREAD SAFETY does not say when %s() "
+                      "may run" % fn)
 ev_syn = plain(synopsis(read(PAGES["kvpool-events(3)"])))
 for fn in exported(events_h, "KVPE_API"):
     if not re.search(r"\b%s\s*\(" % fn, ev_syn):

@@ -5,7 +5,9 @@
 # threads, where to read more); every C block in it compiles as written,
 # with the project's warnings as errors, and one that has main() links
 # against the library just built and runs; every doc/ file it links to
-# exists; it does not claim that every call returns 0.  (The Python and
+# exists; it does not claim that every call returns 0, and it has a
+# section on threads.  And doc/errors.md cites only tests that make check
+# runs.  (The Python and
 # Rust programs run in bindings/python/test.sh and bindings/rust/test.sh.)
 b=${top_builddir:-.}
 s=${top_srcdir:-.}
@@ -30,6 +32,16 @@ grep -qi "every function returns 0" "$readme" &&
 	bad "README.md says every function returns 0 (some return counts)"
 for f in $(grep -o '(doc/[a-z0-9_-]*\.md)' "$readme" | tr -d '()' | sort -u); do
 	[ -f "$s/$f" ] || bad "README.md links to $f, which does not exist"
+done
+grep -q '^## Using kvpool from many threads' "$readme" ||
+	bad "README.md has no section on using kvpool from many threads"
+# doc/errors.md cites the tests that assert each row: each one is built
+# and run by make check (it said check_errors.c was not in Makefile.am).
+grep -q 'not in `Makefile.am`' "$s/doc/errors.md" &&
+	bad "doc/errors.md says a test is not in Makefile.am"
+for t in $(grep -o 'check_[a-z_]*\.c' "$s/doc/errors.md" | sort -u); do
+	grep -q "^TESTS += tests/${t%.c}\$" "$s/Makefile.am" ||
+		bad "doc/errors.md cites tests/$t, which make check does not run"
 done
 
 # Each ```c block into its own file.
