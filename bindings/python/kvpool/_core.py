@@ -2,13 +2,14 @@
 """Pool: a thin wrapper over libkvpool's kvp_pool (Manager and Sequence
 are in _manager.py), and thread_flush."""
 import errno as _errno
-import threading
 
 from . import _args
 from ._args import live
 from ._ffi import ffi, lib
-from ._types import *  # noqa: F401,F403 - the names tests read here too
-from ._types import _DTYPE_NAMES, _check, _fill, _u32, np  # noqa: F401
+from ._types import (_DTYPE_NAMES, DTYPES, Layout, MAX_BLOCKS,
+                     MAX_CACHE_BLOCKS, METRICS_NO_EOF, METRICS_PROMETHEUS,
+                     POOL_K_ONLY, POOL_NOCACHE, POOL_ZERO, PoolConfig,
+                     PoolStats, _check, _fill, _u32)
 from .errors import error, InvalidArgument
 
 

@@ -7,7 +7,7 @@ import threading
 import unittest
 
 import kvpool
-from kvpool import _core
+from kvpool import _types as _core
 
 NUMPY = _core.np is not None
 
