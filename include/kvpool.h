@@ -4,7 +4,14 @@
  *
  * The whole public API.  Every function returning int returns 0 (or a
  * documented non-negative value) on success and a negative errno on failure;
- * kvp_strerror() names it.  A call that fails changes nothing.
+ * kvp_strerror() names it.  A call that fails changes nothing.  The
+ * errnos: -EINVAL a bad argument, -ENOSPC not enough free blocks,
+ * -ENOBUFS the caller's buffer is too small (kvp_last_error says how
+ * large it must be), -ENOMEM host memory, -ENOENT an unknown sequence,
+ * -EEXIST a sequence id in use, -ERANGE a block id, position or count out
+ * of range, -EALREADY a block already free, -EOVERFLOW a count that would
+ * overflow, -EBUSY a shared or cached block in use, -EFAULT a failed
+ * invariant check, -EIO a write error or no randomness.
  *
  * Synchronisation table (pool):
  *
@@ -60,32 +67,37 @@ extern "C" {
 KVP_API const char *kvp_strerror(int err);
 
 /*
- * Details of the calling thread's last -ENOSPC, for callers that report
- * more than the errno (a scheduler deciding how much to preempt, a
- * binding's error type).  Every public call that returns -ENOSPC records
- * them, per thread, just before it returns; no other call touches the
- * record, so read it right after the failing call.  Two kinds:
- *  - not enough blocks (kvp_pool_alloc, kvp_seq_create, kvp_seq_append
- *    and _ex and _batch, kvp_seq_create_cached): `requested` is the
- *    blocks the call needed at once, `available` the blocks it could
- *    have had when it gave up (free, parked in thread caches, and idle
- *    cached blocks it could evict): a recent count, not a snapshot,
- *    while other threads run;
- *  - a caller's buffer too small (kvp_seq_blocks, kvp_manager_seqs, the
- *    exports, kvp_metrics_format, a copy-on-write with cow_cap 0):
- *    `requested` is the entries needed, `available` the buffer's cap.
+ * Details of the calling thread's last -ENOSPC or -ENOBUFS, for callers
+ * that report more than the errno (a scheduler deciding how much to
+ * preempt, a caller growing its buffer, a binding's error type).  Every
+ * public call that returns one of the two records them, per thread, just
+ * before it returns; no other call touches the record, so read it right
+ * after the failing call.  Two kinds:
+ *  - -ENOSPC, not enough blocks (kvp_pool_alloc, kvp_seq_create,
+ *    kvp_seq_append and _ex and _batch, kvp_seq_reserve,
+ *    kvp_seq_create_cached): `requested` is the blocks the call needed
+ *    at once, `available` the blocks it could have had when it gave up
+ *    (free, parked in thread caches, and idle cached blocks it could
+ *    evict): a recent count, not a snapshot, while other threads run;
+ *  - -ENOBUFS, a caller's buffer too small (kvp_seq_blocks,
+ *    kvp_manager_seqs, kvp_export_block_table, kvp_export_csr,
+ *    kvp_metrics_format, kvp_hash_blocks_cap, a copy-on-write with no
+ *    room in cow[]): `requested` is the entries needed (bytes for
+ *    kvp_metrics_format, its NUL included), `available` the buffer's
+ *    capacity.
  */
 struct kvp_error_info {
-	int err;	    /* -ENOSPC */
-	uint32_t buffer;    /* 1: a buffer was too small; 0: blocks */
+	int err;	    /* -ENOSPC or -ENOBUFS */
+	uint32_t buffer;    /* 1: -ENOBUFS, a buffer; 0: -ENOSPC, blocks */
 	uint64_t requested; /* blocks (or entries) the call needed */
 	uint64_t available; /* blocks it could have had (or the cap) */
 };
 
 /*
- * Copies the calling thread's last -ENOSPC details into *out.  Returns 0,
- * -ENOENT if no call of this thread returned -ENOSPC yet, -EINVAL for a
- * NULL out.  Thread-safe (each thread has its own record).
+ * Copies the calling thread's last -ENOSPC or -ENOBUFS details into
+ * *out.  Returns 0, -ENOENT if no call of this thread returned either
+ * yet, -EINVAL for a NULL out.  Thread-safe (each thread has its own
+ * record).
  */
 KVP_API int kvp_last_error(struct kvp_error_info *out);
 
@@ -257,8 +269,12 @@ struct kvp_pool_stats {
 	uint64_t used;		   /* total - free */
 	uint64_t in_thread_caches; /* free blocks parked in thread caches */
 	uint64_t peak_used;	   /* highest `used` seen; see below */
-	uint64_t allocs;	   /* blocks handed out since creation */
-	uint64_t frees;		   /* blocks returned (refcount reached 0) */
+	/* References going 0 -> 1 since creation: blocks handed out by
+	 * allocations, and cached blocks revived by prefix-cache hits. */
+	uint64_t allocs;
+	/* References going 1 -> 0: frees, and cached blocks going idle
+	 * (they stay cached), so a hit and its release count in both. */
+	uint64_t frees;
 	uint32_t cache_blocks;	   /* per-thread cache capacity in effect */
 	uint32_t threads;	   /* thread caches attached to the pool */
 	/* Cached blocks nobody references (prefix caching), or only
@@ -432,9 +448,9 @@ KVP_API int kvp_manager_set_policy(struct kvp_manager *m,
  * Lists the manager's sequences: their ids to ids[0..*n), in no
  * particular order.  A sequence alive throughout the call is listed
  * once; one created or freed during it may or may not be.  If cap is too
- * small, returns -ENOSPC with the count seen in *n (call again with a
+ * small, returns -ENOBUFS with the count seen in *n (call again with a
  * larger buffer: the count may have grown meanwhile).  Errors: -EINVAL
- * (NULL m or n, ids NULL with cap > 0), -ENOSPC.
+ * (NULL m or n, ids NULL with cap > 0), -ENOBUFS.
  */
 KVP_API int kvp_manager_seqs(struct kvp_manager *m, uint64_t *ids,
 			     uint32_t cap, uint32_t *n);
@@ -465,9 +481,9 @@ KVP_API int kvp_seq_create(struct kvp_manager *m, uint64_t seq,
  * block freed after this call is written (a GPU engine queues the copy
  * ahead of the step's kernels).  Errors: -EINVAL (NULL manager, cow NULL
  * with cow_cap > 0, token count overflow), -ENOENT, -ENOSPC (not enough
- * free blocks, or a copy is needed and cow_cap is 0: *ncow then says 1),
- * -ENOMEM.  On error nothing is allocated and nothing changes.  ncow may
- * be NULL.
+ * free blocks), -ENOBUFS (a copy is needed and cow_cap is 0: *ncow then
+ * says 1), -ENOMEM.  On error nothing is allocated and nothing changes.
+ * ncow may be NULL.
  */
 KVP_API int kvp_seq_append(struct kvp_manager *m, uint64_t seq,
 			   uint32_t num_tokens, struct kvp_copy *cow,
@@ -519,7 +535,7 @@ KVP_API int kvp_seq_reserve(struct kvp_manager *m, uint64_t seq,
  * per-call cost exceeds the append's (one Python call appends to a whole
  * batch).  The copies of all appends go to cow[0..*ncow) in order (at most
  * one per sequence; an append needing a copy when cow is full fails with
- * -ENOSPC).  Returns the number of sequences appended, nseq when all were.
+ * -ENOBUFS).  Returns the number of sequences appended, nseq when all were.
  * It stops at the first append that fails: if that is seqs[0], it returns
  * that append's negative errno and nothing changed; otherwise it returns
  * how many were appended (seqs[0..ret) changed, the rest did not: call
@@ -617,8 +633,8 @@ KVP_API int kvp_seq_info(struct kvp_manager *m, uint64_t seq,
 
 /*
  * Copies the block table to ids[0..*n).  If cap is too small, returns
- * -ENOSPC with the needed count in *n.  Errors: -EINVAL (NULL m or n, ids
- * NULL with cap > 0), -ENOENT, -ENOSPC.
+ * -ENOBUFS with the needed count in *n.  Errors: -EINVAL (NULL m or n, ids
+ * NULL with cap > 0), -ENOENT, -ENOBUFS.
  */
 KVP_API int kvp_seq_blocks(struct kvp_manager *m, uint64_t seq, uint32_t *ids,
 			   uint32_t cap, uint32_t *n);
@@ -760,7 +776,7 @@ KVP_API int kvp_manager_check(struct kvp_manager *m);
  * block ids of seqs[i] followed by `pad`.  With table NULL, returns the
  * stride needed (the longest table among seqs) instead.  Errors: -EINVAL
  * (NULL m, seqs NULL with nseq > 0), -ENOENT (an unknown sequence),
- * -ENOSPC (a sequence has more than stride blocks).  On error the table's
+ * -ENOBUFS (a sequence has more than stride blocks).  On error the table's
  * contents are unspecified.
  */
 KVP_API int kvp_export_block_table(struct kvp_manager *m, const uint64_t *seqs,
@@ -773,7 +789,7 @@ KVP_API int kvp_export_block_table(struct kvp_manager *m, const uint64_t *seqs,
  * [1, block_tokens] (0 for a sequence with no tokens).  With indices NULL,
  * returns the number of indices needed instead.  Errors: -EINVAL (NULL m,
  * seqs NULL with nseq > 0, or indices given without indptr, or without
- * last_page_len when nseq > 0), -ENOENT, -ENOSPC (more than cap indices),
+ * last_page_len when nseq > 0), -ENOENT, -ENOBUFS (more than cap indices),
  * -EOVERFLOW (more than INT32_MAX).
  */
 KVP_API int kvp_export_csr(struct kvp_manager *m, const uint64_t *seqs,
@@ -823,7 +839,9 @@ struct kvp_hash_keys {
  * Every field is tagged and length-prefixed, so different keys never
  * produce the same input; tokens are encoded little-endian, so hashes do
  * not depend on the host.  Hashing [a, b] from the root equals hashing
- * [b] with parent = the hash of [a].  A pure function: thread-safe.
+ * [b] with parent = the hash of [a].  out must hold ntokens /
+ * block_tokens hashes: kvp_hash_blocks_cap takes its capacity and checks
+ * it.  A pure function: thread-safe.
  * Returns the number of blocks hashed, or -EINVAL (unknown algorithm,
  * block_tokens 0, tokens NULL with ntokens > 0, out NULL with a block to
  * hash, salt NULL with salt_len > 0, more than INT32_MAX blocks), -EIO
@@ -835,6 +853,22 @@ KVP_API int kvp_hash_blocks(enum kvp_hash_algo algo,
 			    const struct kvp_hash_keys *keys,
 			    const uint32_t *tokens, uint32_t ntokens,
 			    uint32_t block_tokens, struct kvp_hash *out);
+
+/*
+ * kvp_hash_blocks into out[0..cap): the same hashes, or -ENOBUFS when
+ * the ntokens / block_tokens blocks do not fit in cap (kvp_last_error
+ * then says how many are needed; nothing is written).  Prefer it: a
+ * prompt longer than the caller planned cannot overrun out.  Errors:
+ * those of kvp_hash_blocks, -EINVAL for out NULL with cap > 0, and
+ * -ENOBUFS.  A pure function apart from kvp_last_error's record:
+ * thread-safe.
+ */
+KVP_API int kvp_hash_blocks_cap(enum kvp_hash_algo algo,
+				const struct kvp_hash *parent,
+				const struct kvp_hash_keys *keys,
+				const uint32_t *tokens, uint32_t ntokens,
+				uint32_t block_tokens, struct kvp_hash *out,
+				uint32_t cap);
 
 /*
  * Makes XXH3-128 block hashes use `seed` instead of the per-process random
@@ -1233,7 +1267,7 @@ KVP_API int kvp_metrics_write(struct kvp_pool *pool,
 /*
  * As kvp_metrics_write, into buf[0..cap): the text's length in *len and a
  * NUL after it.  Errors: as kvp_metrics_write without -EIO, NULL len or
- * (with cap > 0) buf; -ENOSPC when cap <= the length, *len then saying
+ * (with cap > 0) buf; -ENOBUFS when cap <= the length, *len then saying
  * the length (a later call may need more: counters grow).
  */
 KVP_API int kvp_metrics_format(struct kvp_pool *pool,

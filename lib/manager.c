@@ -262,7 +262,7 @@ KVP_API int kvp_manager_seqs(struct kvp_manager *m, uint64_t *ids,
 	*n = seen > UINT32_MAX ? UINT32_MAX : (uint32_t)seen;
 	if (seen > cap) {
 		kvp_note_buffer(seen, cap);
-		return -ENOSPC;
+		return -ENOBUFS;
 	}
 	return 0;
 }

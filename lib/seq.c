@@ -355,7 +355,7 @@ append_slow(struct kvp_manager *m, struct kvp_seq *s, uint32_t n,
 		*ncow = cows;
 	if (cows > cow_cap) {
 		kvp_note_buffer(cows, cow_cap);
-		return -ENOSPC;
+		return -ENOBUFS;
 	}
 	if (grow + cows == 0) {
 		seq_set_tokens(s, total);
@@ -887,7 +887,7 @@ KVP_API int kvp_seq_blocks(struct kvp_manager *m, uint64_t id, uint32_t *ids,
 	*n = btable_len(&s->table);
 	if (*n > cap) {
 		kvp_note_buffer(*n, cap);
-		err = -ENOSPC;
+		err = -ENOBUFS;
 	} else
 		btable_copy_out(&s->table, 0, *n, ids);
 	seq_unlock(s);

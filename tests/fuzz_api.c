@@ -1236,7 +1236,7 @@ static void op_query(struct world *w, struct rd *r)
 	     null_n ? "NULL" : "ptr", rc, ln);
 	mrc = model_seq_blocks(w->mm[i], id, null_ids, cap, null_n, mb, &mn);
 	EXPECT_RC("kvp_seq_blocks", rc, mrc);
-	if ((rc == 0 || rc == -ENOSPC) && !null_n)
+	if ((rc == 0 || rc == -ENOBUFS) && !null_n)
 		EXPECT_EQ("kvp_seq_blocks: *n", ln, mn);
 	if (rc == 0)
 		for (uint32_t k = 0; k < ln; k++)

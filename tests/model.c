@@ -759,7 +759,7 @@ int model_seq_append(struct model_mgr *mm, uint64_t id, uint32_t n,
 		cows = 1; /* a cached block is shared with future hits too */
 	if (cows && !cow_cap) {
 		*ncow_out = 1;
-		return -ENOSPC;
+		return -ENOBUFS;
 	}
 	if (grow + cows > allocatable(mp))
 		return -ENOSPC;
@@ -998,7 +998,7 @@ int model_seq_blocks(const struct model_mgr *mm, uint64_t id, bool null_ids,
 		return -ENOENT;
 	*n = s->nblocks;
 	if (s->nblocks > cap)
-		return -ENOSPC;
+		return -ENOBUFS;
 	memcpy(ids, s->blocks, (size_t)s->nblocks * sizeof(*ids));
 	return 0;
 }
@@ -1432,7 +1432,7 @@ int model_seqs(const struct model_mgr *mm, bool null_ids, uint32_t cap,
 		return -EINVAL;
 	*n = mm->nseqs;
 	if (mm->nseqs > cap)
-		return -ENOSPC;
+		return -ENOBUFS;
 	for (uint32_t i = 0; i < mm->nseqs; i++)
 		ids[i] = mm->seqs[i].id;
 	return 0;
@@ -1490,7 +1490,7 @@ int model_export_block_table(const struct model_mgr *mm, const uint64_t *seqs,
 		if (!s)
 			return -ENOENT;
 		if (!null_table && s->nblocks > stride)
-			return -ENOSPC;
+			return -ENOBUFS;
 		if (s->nblocks > longest)
 			longest = s->nblocks;
 	}
@@ -1528,7 +1528,7 @@ int model_export_csr(const struct model_mgr *mm, const uint64_t *seqs,
 			return -ENOENT;
 		total += s->nblocks;
 		if (!null_indices && total > cap)
-			return -ENOSPC;
+			return -ENOBUFS;
 	}
 	if (null_indices)
 		return total > INT32_MAX ? -EOVERFLOW : (int)total;

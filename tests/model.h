@@ -152,7 +152,7 @@ int model_seq_create(struct model_mgr *mm, uint64_t id, uint32_t tokens,
 		     const uint32_t *chosen);
 /* *cow_out receives the copy a successful append reports (if *ncow_out
  * is 1); *ncow_out is set where kvpool.h fixes it: on success, and to 1
- * with -ENOSPC when a copy is needed and cow_cap is 0; else left alone. */
+ * with -ENOBUFS when a copy is needed and cow_cap is 0; else left alone. */
 int model_seq_append(struct model_mgr *mm, uint64_t id, uint32_t n,
 		     bool null_cow, uint32_t cow_cap, const uint32_t *chosen,
 		     struct kvp_copy *cow_out, uint32_t *ncow_out);

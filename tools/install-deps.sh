@@ -8,7 +8,8 @@
 # python3-prometheus-client parses the metrics text in the tests and backs
 # the Python package's collector; python3-cffi, python3-numpy and cargo
 # are for the Python and Rust bindings' tests, which are skipped without
-# them).  Rust: a cargo already on PATH or in
+# them; gnuplot-nox draws `kvpool sim --plot` and `kvpool bench --plot`,
+# which fail without it).  Rust: a cargo already on PATH or in
 # ~/.cargo/bin (rustup) is used; Debian's cargo is installed otherwise.
 # Runs apt-get through sudo unless already root.  Idempotent.
 set -e
@@ -18,7 +19,7 @@ PKGS="build-essential autoconf automake libtool pkg-config autoconf-archive \
 check liburcu-dev libjemalloc-dev libxxhash-dev nettle-dev python3 \
 clang libclang-rt-14-dev valgrind python3-cffi python3-numpy \
 libzmq3-dev libmsgpack-dev python3-zmq python3-msgpack python3-cbor2 \
-python3-prometheus-client"
+python3-prometheus-client gnuplot-nox"
 if ! command -v cargo >/dev/null 2>&1 && [ ! -x "$HOME/.cargo/bin/cargo" ]; then
 	PKGS="$PKGS cargo"
 fi

@@ -639,27 +639,39 @@ static void make_queues(struct run *r)
 	}
 }
 
-/* Shows progress on stderr (a terminal) until the replay is done. */
+/* Shows progress on stderr (a terminal) until the replay is done: in a
+ * sweep, its place and the time since the sweep began first. */
 static void progress(struct run *r)
 {
+	const char *label = r->o->progress_label;
 	uint32_t n = r->w->nreq, done;
-	uint64_t t0 = hist_now_ns();
+	uint64_t t0 = label ? r->o->progress_t0 : hist_now_ns();
 
 	while ((done = atomic_load_explicit(&r->finished,
 					    memory_order_relaxed)) < n) {
 		struct timespec ts = {0, 200 * 1000 * 1000};
-		int width = 30, fill = (int)((uint64_t)done * width / n);
+		int width = label ? 20 : 30,
+		    fill = (int)((uint64_t)done * width / n);
 
-		fprintf(stderr,
-			"\r  %s replay [%.*s%*s] %3u%% %u/%u requests "
-			"%.1f s ",
-			sim_peer_name[r->peer], fill,
-			"##############################", width - fill, "",
-			(unsigned)((uint64_t)done * 100 / n), done, n,
-			(double)(hist_now_ns() - t0) * 1e-9);
+		if (label)
+			fprintf(stderr,
+				"\r  %s: %s [%.*s%*s] %3u%%, %.1f s into the "
+				"sweep ",
+				label, sim_peer_name[r->peer], fill,
+				"##############################", width - fill,
+				"", (unsigned)((uint64_t)done * 100 / n),
+				(double)(hist_now_ns() - t0) * 1e-9);
+		else
+			fprintf(stderr,
+				"\r  %s replay [%.*s%*s] %3u%% %u/%u requests "
+				"%.1f s ",
+				sim_peer_name[r->peer], fill,
+				"##############################", width - fill,
+				"", (unsigned)((uint64_t)done * 100 / n), done,
+				n, (double)(hist_now_ns() - t0) * 1e-9);
 		nanosleep(&ts, NULL);
 	}
-	fprintf(stderr, "\r%*s\r", 79, "");
+	fprintf(stderr, "\r%*s\r", 110, "");
 }
 
 /* Each thread's state: room for its share of --max-running requests. */

@@ -8,7 +8,7 @@ use std::fmt;
 use std::os::raw::c_int;
 use std::ptr::{self, NonNull};
 
-use crate::error::{check, len32, Error, Result, ENOSPC};
+use crate::error::{check, len32, Error, Result, ENOBUFS};
 use crate::events::EventFn;
 use crate::{sys, Pool};
 
@@ -114,6 +114,32 @@ impl ManagerConfig {
     pub fn name(mut self, name: &str) -> ManagerConfig {
         self.name = Some(name.to_string());
         self
+    }
+    /// kvp_manager_create's rules, each refusal naming the field.
+    fn check(&self, pool_blocks: u32) -> Result<()> {
+        let t = self.eviction_threshold;
+        if !(0.0..=1.0).contains(&t) {
+            return Err(Error::invalid_arg(
+                "Manager: eviction_threshold must be in [0, 1]",
+            ));
+        }
+        let w = self.watermark;
+        if !(0.0..1.0).contains(&w) {
+            return Err(Error::invalid_arg("Manager: watermark must be in [0, 1)"));
+        }
+        if self.max_pinned > pool_blocks {
+            return Err(Error::invalid_arg(
+                "Manager: max_pinned must be at most the pool's blocks",
+            ));
+        }
+        if let Some(n) = &self.name {
+            if n.is_empty() || n.len() > 63 || n.bytes().any(|c| c < 0x20 || c == 0x7f) {
+                return Err(Error::invalid_arg(
+                    "Manager: name must be 1 to 63 bytes without control characters",
+                ));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -226,6 +252,17 @@ pub struct Stats {
     pub events: u64,
 }
 
+impl Stats {
+    /// Adds st into self, to total several managers (`kvp_stats_add`):
+    /// counters and per-manager gauges are summed; the pool-wide values
+    /// (blocks_used, blocks_total, bytes_per_block) and retention_clock
+    /// take the larger, and the hit rate is recomputed.
+    pub fn add(&mut self, st: &Stats) {
+        // SAFETY: two valid struct kvp_stats.
+        unsafe { sys::kvp_stats_add(self, st) }
+    }
+}
+
 /// Sequences of one model over a pool.  Every `&self` method may run
 /// concurrently with every other from any thread (calls on one sequence
 /// are serialised by the library; different sequences never contend).
@@ -268,7 +305,12 @@ impl fmt::Debug for Manager {
 impl Manager {
     /// Creates a manager over pool (it takes its own pool reference).
     /// The threshold and watermark are taken exactly (`KVP_EXACT_LIMITS`).
+    /// An invalid field is an [`ErrorKind::InvalidArgument`] whose
+    /// [`Error::detail`] names it and its range.
+    ///
+    /// [`ErrorKind::InvalidArgument`]: crate::ErrorKind::InvalidArgument
     pub fn new(pool: &Pool, cfg: &ManagerConfig) -> Result<Manager> {
+        cfg.check(pool.num_blocks())?;
         let name = match &cfg.name {
             Some(n) => Some(CString::new(n.as_str()).map_err(|_| Error::invalid())?),
             None => None,
@@ -384,7 +426,7 @@ impl Manager {
             // SAFETY: ids has room for cap entries; the call writes *n
             // of them on success.
             let rc = unsafe { sys::kvp_manager_seqs(self.as_ptr(), ids.as_mut_ptr(), cap, &mut n) };
-            if rc == -ENOSPC {
+            if rc == -ENOBUFS {
                 // More sequences meanwhile: room for a few more.
                 ids.reserve(with_slack(n).max(cap as usize + 1));
                 continue;
@@ -547,7 +589,7 @@ impl Manager {
             // them on success.
             let rc =
                 unsafe { sys::kvp_seq_blocks(self.as_ptr(), seq, ids.as_mut_ptr(), cap, &mut n) };
-            if rc == -ENOSPC {
+            if rc == -ENOBUFS {
                 // The count needed (more if seq grew meanwhile).
                 ids.reserve((n as usize).max(cap as usize + 1));
                 continue;
