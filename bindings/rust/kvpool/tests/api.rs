@@ -190,6 +190,7 @@ const COVERAGE: &[(&str, &str)] = &[
         "C-only: a Rust call costs what the C call does, so a loop of Manager::append is the batch (it exists for Python's per-call cost)",
     ),
     ("kvp_seq_fork", "Manager::fork"),
+    ("kvp_seq_fork_n", "Manager::fork_n"),
     ("kvp_seq_free", "Manager::free"),
     ("kvp_seq_truncate", "Manager::truncate"),
     ("kvp_seq_stream_trim", "Manager::stream_trim"),
