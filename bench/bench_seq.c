@@ -61,6 +61,14 @@
  *            that one copy of 4 tokens) and frees the fork.  One op = one
  *            fork + append + free cycle.  (--workloads fork selects the
  *            three.)
+ *   fork_n4, fork_n16
+ *            parallel sampling: each thread owns S sources of 1,000
+ *            tokens and in turn makes N children of one of them in ONE
+ *            kvp_seq_fork_n call (the mutex peer: mm_fork_n, N children
+ *            under one hold of its lock), appends 1 token to each child
+ *            (each copies the shared partial block) and frees them.  One
+ *            op = one cycle of N children.  (--workloads fork_n selects
+ *            the two.)
  *   full     decode in a full pool (the regime every benchmark must
  *            cover): both managers cache prefixes (KVP_PREFIX_CACHE), the
  *            pool has 3/4 of the sequences' peak need, and a sequence that
@@ -105,9 +113,10 @@
  *   (1) batch, 2 threads: kvpool throughput >= 5x the mutex manager's;
  *   (2) decode, 2 threads: kvpool >= 4x the mutex manager;
  *   (3) decode, 1 thread: kvpool <= 15 ns per append (per sequence);
- *   (4)-(9) fork4, fork16, fork64: kvpool >= 1x the mutex manager at 1
- *       thread and >= 3x at 2 threads;
- *   (10)-(15) every workload at 8 threads (oversubscribed on small
+ *   (4)-(9) fork4, fork16, fork64: kvpool >= 0.6x, 1x and 1x the mutex
+ *       manager at 1 thread and >= 3x at 2 threads;
+ *   (10)-(13) fork_n4, fork_n16: kvpool >= 1.5x at 1 thread, >= 3x at 2;
+ *   (14)-(21) every workload at 8 threads (oversubscribed on small
  *       machines): kvpool >= 0.8 x its own 2-thread throughput;
  * and, as [INFO] lines, kvpool's own 2-thread over 1-thread throughput for
  * each workload (the median over reps of paired runs).  The exit status is
@@ -115,75 +124,13 @@
  *
  * Options: --threads 1,2,8  --seconds 0.3  --reps 5  --seqs 1024
  * --prompt 100  --batch 256  --workloads decode,batch,fork4,fork16,fork64,
- * full  --csv FILE.  The defaults (36 cells x 5 reps x 0.3 s plus set-up)
- * take about 70 s.
- */
-#ifndef _GNU_SOURCE
+ * full,fork_n4,fork_n16  --csv FILE.  The defaults (48 cells x 5 reps x
+ * 0.3 s plus set-up) take about 95 s.
+ */#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
 
-#include <errno.h>
-#include <pthread.h>
-#include <stdbool.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <unistd.h>
-
-#include <kvpool.h>
-
-#include "bench_common.h"
-#include "peer_mutex.h"
-
-/* ------------------------------------------------------------ parameters */
-
-#define BLOCK_TOKENS 16u
-#define MAX_TOKENS 2048u /* a decoding sequence is recycled at this length */
-#define WARMUP_DECODE 4096u /* appends per thread before the barrier */
-#define WARMUP_FORK 512u    /* fork cycles per thread before the barrier */
-#define MAX_SEQS (1u << 20)
-
-#define DEFAULT_SEQS 1024u
-#define DEFAULT_PROMPT 100u
-#define DEFAULT_BATCH 256u
-#define MAX_BATCH 65536u
-
-/* A fork source holds N full blocks and FORK_PARTIAL tokens more, so the
- * fork's append copies its partly filled last block. */
-#define FORK_PARTIAL 4u
-
-/* Sequence ids: thread t owns (t + 1) << 40 | j for its sequences j and
- * (t + 1) << 40 | FORK_BIT | k for its forks k = 0, 1, ... */
-#define ID_SHIFT 40
-#define FORK_BIT (1ull << 39)
-
-enum workload {
-	WL_DECODE,
-	WL_BATCH,
-	WL_FORK4,
-	WL_FORK16,
-	WL_FORK64,
-	WL_FULL,
-	NUM_WL
-};
-static const char *const wl_name[NUM_WL] = {"decode", "batch",	"fork4",
-					    "fork16", "fork64", "full"};
-/* Full blocks of a fork workload's source sequences (0: not a fork). */
-static const uint32_t wl_fork_blocks[NUM_WL] = {
-	[WL_FORK4] = 4, [WL_FORK16] = 16, [WL_FORK64] = 64};
-#define WL_FORKS (1u << WL_FORK4 | 1u << WL_FORK16 | 1u << WL_FORK64)
-
-enum peer { P_KVPOOL, P_MUTEX, NUM_PEERS };
-static const char *const peer_name[NUM_PEERS] = {"kvpool", "mutex-hashmap"};
-
-struct opts {
-	struct bench_opts common; /* --threads, --seconds, --reps, --csv */
-	uint32_t seqs;
-	uint32_t prompt;
-	uint32_t batch;	    /* --batch: sequences in one thread's step */
-	unsigned workloads; /* --workloads: bit w = workload w runs */
-};
+#include "bench_seq.h"
 
 const char bench_prog[] = "bench_seq";
 
@@ -192,357 +139,6 @@ const char bench_prog[] = "bench_seq";
 static inline uint32_t ceil_div(uint64_t a, uint32_t b)
 {
 	return (uint32_t)((a + b - 1) / b);
-}
-
-/* ------------------------------------------- peer: mutex + plain hash map */
-
-/* bench/peer_mutex.{c,h}: one global mutex around a plain hash map of
- * sequences and the free list (no prefix cache here). */
-struct mutex_mgr {
-	struct mm_pool pool;
-	struct mm_mgr mgr;
-};
-
-/* ------------------------------------------------------ run-wide context */
-
-struct run;
-
-/* Per-thread slot, one cache line or more, written by its thread only. */
-struct thr {
-	_Alignas(BENCH_CACHE_LINE) struct run *run;
-	unsigned tid;
-	uint64_t ops;	       /* ops in the timed window */
-	uint64_t appends;      /* successful appends, warm-up included */
-	uint64_t forks;	       /* successful forks, warm-up included */
-	uint64_t cows;	       /* copies reported */
-	uint64_t creates;      /* successful creates */
-	uint64_t frees;	       /* successful frees */
-};
-
-struct run {
-	enum peer peer;
-	enum workload wl;
-	bool full; /* WL_FULL: a prefix-caching manager, commits, evictions */
-	unsigned nthreads;
-	uint32_t per_thread; /* S: sequences each thread owns */
-	uint32_t prompt;     /* tokens of a new sequence (a fork's source) */
-	struct kvp_pool *pool;
-	struct kvp_manager *mgr;
-	struct mutex_mgr *mm;
-	struct thr *thr;
-	struct bench_sync sync;
-};
-
-/* ------------------------------------------------ checked operations */
-
-/*
- * Each wrapper is inlined into a worker specialised for one peer (kv is a
- * compile-time constant there), so the loop calls the peer's function
- * directly, with no dispatch of its own.
- */
-#define ALWAYS_INLINE static inline __attribute__((always_inline))
-
-ALWAYS_INLINE void op_create(struct thr *t, bool kv, uint64_t id,
-			     uint32_t ntok)
-{
-	struct run *r = t->run;
-	int rc = kv ? kvp_seq_create(r->mgr, id, ntok)
-		    : mm_create(&r->mm->mgr, id, ntok);
-
-	if (__builtin_expect(rc != 0, 0))
-		bench_die("%s: seq_create(%#llx, %u) failed: %s",
-			  peer_name[r->peer], (unsigned long long)id, ntok,
-			  kvp_strerror(rc));
-	t->creates++;
-}
-
-ALWAYS_INLINE void op_append1(struct thr *t, bool kv, uint64_t id,
-			      uint32_t expect_cow, uint32_t cow_tokens)
-{
-	struct run *r = t->run;
-	struct kvp_copy cow[1];
-	uint32_t ncow = UINT32_MAX;
-	int rc = kv ? kvp_seq_append(r->mgr, id, 1, cow, 1, &ncow)
-		    : mm_append(&r->mm->mgr, id, 1, cow, 1, &ncow);
-
-	if (__builtin_expect(rc != 0, 0))
-		bench_die("%s: seq_append(%#llx, 1) failed: %s",
-			  peer_name[r->peer], (unsigned long long)id,
-			  kvp_strerror(rc));
-	if (__builtin_expect(ncow != expect_cow, 0))
-		bench_die("%s: seq_append(%#llx, 1) reported %u copies, "
-			  "expected %u",
-			  peer_name[r->peer], (unsigned long long)id, ncow,
-			  expect_cow);
-	if (expect_cow &&
-	    __builtin_expect(cow[0].tokens != cow_tokens ||
-				     cow[0].src == cow[0].dst,
-			     0))
-		bench_die("%s: seq_append(%#llx, 1) reported the copy {%u -> "
-			  "%u, %u tokens}, expected %u tokens between distinct "
-			  "blocks",
-			  peer_name[r->peer], (unsigned long long)id,
-			  cow[0].src, cow[0].dst, cow[0].tokens, cow_tokens);
-	t->appends++;
-	t->cows += ncow;
-}
-
-/* One decode step: one token appended to each of ids[0..n). */
-ALWAYS_INLINE void op_append_batch(struct thr *t, bool kv, const uint64_t *ids,
-				   uint32_t n, struct kvp_copy *cow)
-{
-	struct run *r = t->run;
-	uint32_t ncow = UINT32_MAX;
-	int rc = kv ? kvp_seq_append_batch(r->mgr, ids, NULL, n, cow, n, &ncow)
-		    : mm_append_batch(&r->mm->mgr, ids, NULL, n, cow, n, &ncow);
-
-	if (__builtin_expect(rc != (int)n, 0))
-		bench_die("%s: seq_append_batch(%u sequences) returned %d (%s)",
-			  peer_name[r->peer], n, rc,
-			  rc < 0 ? kvp_strerror(rc) : "stopped early");
-	if (__builtin_expect(ncow != 0, 0))
-		bench_die("%s: seq_append_batch(%u sequences) reported %u "
-			  "copies, expected none",
-			  peer_name[r->peer], n, ncow);
-	t->appends += n;
-}
-
-ALWAYS_INLINE void op_fork(struct thr *t, bool kv, uint64_t src,
-			   uint64_t dst)
-{
-	struct run *r = t->run;
-	int rc = kv ? kvp_seq_fork(r->mgr, src, dst)
-		    : mm_fork(&r->mm->mgr, src, dst);
-
-	if (__builtin_expect(rc != 0, 0))
-		bench_die("%s: seq_fork(%#llx, %#llx) failed: %s",
-			  peer_name[r->peer], (unsigned long long)src,
-			  (unsigned long long)dst, kvp_strerror(rc));
-	t->forks++;
-}
-
-/* Commits the full blocks of sequence id (ntok tokens) under hashes
- * unique to (thread, generation): after its free they are cached. */
-ALWAYS_INLINE void op_commit(struct thr *t, bool kv, uint64_t id,
-			     uint32_t ntok, uint64_t gen,
-			     struct kvp_hash *hashes)
-{
-	struct run *r = t->run;
-	uint32_t n = ntok / BLOCK_TOKENS;
-	int rc;
-
-	for (uint32_t i = 0; i < n; i++) {
-		uint64_t w[4] = {((uint64_t)t->tid << 48) ^ gen, gen,
-				 (uint64_t)i, 0x6675ull};
-
-		for (int k = 0; k < 4; k++) {
-			w[k] += (uint64_t)i * 0x9e3779b97f4a7c15ull + gen;
-			w[k] ^= w[k] >> 31;
-			w[k] *= 0xbf58476d1ce4e5b9ull;
-			w[k] ^= w[k] >> 29;
-		}
-		memcpy(hashes[i].b, w, sizeof(w));
-	}
-	rc = kv ? kvp_seq_commit(r->mgr, id, hashes, n)
-		: mm_commit(&r->mm->mgr, id, hashes, n);
-	if (__builtin_expect(rc < 0, 0))
-		bench_die("%s: seq_commit(%#llx, %u blocks) failed: %s",
-			  peer_name[r->peer], (unsigned long long)id, n,
-			  kvp_strerror(rc));
-}
-
-ALWAYS_INLINE void op_free(struct thr *t, bool kv, uint64_t id)
-{
-	struct run *r = t->run;
-	int rc = kv ? kvp_seq_free(r->mgr, id) : mm_free(&r->mm->mgr, id);
-
-	if (__builtin_expect(rc != 0, 0))
-		bench_die("%s: seq_free(%#llx) failed: %s", peer_name[r->peer],
-			  (unsigned long long)id, kvp_strerror(rc));
-	t->frees++;
-}
-
-static inline uint64_t seq_id(unsigned tid, uint32_t j)
-{
-	return ((uint64_t)(tid + 1) << ID_SHIFT) | j;
-}
-
-/* ---------------------------------------------------------------- workers */
-
-ALWAYS_INLINE void *decode_body(struct thr *t, const bool kv)
-{
-	struct run *r = t->run;
-	const uint32_t S = r->per_thread, P = r->prompt;
-	uint32_t *ntok = bench_xcalloc(S, sizeof(*ntok));
-	struct kvp_hash *hashes =
-		bench_xcalloc(MAX_TOKENS / BLOCK_TOKENS, sizeof(*hashes));
-	const bool full = r->full;
-	uint64_t ops = 0, gen = 0;
-	uint32_t i = 0;
-
-	/* Staggered start: sequence j has been decoding for a while. */
-	for (uint32_t j = 0; j < S; j++) {
-		ntok[j] = P + (uint32_t)((uint64_t)j * (MAX_TOKENS - P) / S);
-		op_create(t, kv, seq_id(t->tid, j), ntok[j]);
-	}
-
-#define DECODE_ONE()                                                        \
-	do {                                                                \
-		uint64_t id_ = seq_id(t->tid, i);                           \
-                                                                            \
-		op_append1(t, kv, id_, 0, 0);                               \
-		if (++ntok[i] >= MAX_TOKENS) {                              \
-			if (full)                                           \
-				op_commit(t, kv, id_, ntok[i], gen++,       \
-					  hashes);                          \
-			op_free(t, kv, id_);                                \
-			op_create(t, kv, id_, P);                           \
-			ntok[i] = P;                                        \
-		}                                                           \
-		if (++i == S)                                               \
-			i = 0;                                              \
-	} while (0)
-
-	for (uint32_t w = 0; w < WARMUP_DECODE; w++)
-		DECODE_ONE();
-	bench_sync_start(&r->sync);
-	while (!bench_sync_stopped(&r->sync)) {
-		DECODE_ONE();
-		ops++;
-	}
-#undef DECODE_ONE
-	bench_sync_done(&r->sync);
-	t->ops = ops;
-	for (uint32_t j = 0; j < S; j++)
-		op_free(t, kv, seq_id(t->tid, j));
-	free(ntok);
-	free(hashes);
-	return NULL;
-}
-
-/* Each thread steps its own batch of B sequences, recycled as in decode. */
-ALWAYS_INLINE void *batch_body(struct thr *t, const bool kv)
-{
-	struct run *r = t->run;
-	const uint32_t B = r->per_thread, P = r->prompt;
-	uint32_t *ntok = bench_xcalloc(B, sizeof(*ntok));
-	uint64_t *ids = bench_xcalloc(B, sizeof(*ids));
-	struct kvp_copy *cow = bench_xcalloc(B, sizeof(*cow));
-	uint64_t ops = 0;
-
-	for (uint32_t j = 0; j < B; j++) {
-		ids[j] = seq_id(t->tid, j);
-		ntok[j] = P + (uint32_t)((uint64_t)j * (MAX_TOKENS - P) / B);
-		op_create(t, kv, ids[j], ntok[j]);
-	}
-
-#define STEP()                                                              \
-	do {                                                                \
-		op_append_batch(t, kv, ids, B, cow);                        \
-		for (uint32_t j_ = 0; j_ < B; j_++)                         \
-			if (++ntok[j_] >= MAX_TOKENS) {                     \
-				op_free(t, kv, ids[j_]);                    \
-				op_create(t, kv, ids[j_], P);               \
-				ntok[j_] = P;                               \
-			}                                                   \
-	} while (0)
-
-	for (uint32_t w = 0; w < (WARMUP_DECODE + B - 1) / B; w++)
-		STEP();
-	bench_sync_start(&r->sync);
-	while (!bench_sync_stopped(&r->sync)) {
-		STEP();
-		ops += B;
-	}
-#undef STEP
-	bench_sync_done(&r->sync);
-	t->ops = ops;
-	for (uint32_t j = 0; j < B; j++)
-		op_free(t, kv, ids[j]);
-	free(ntok);
-	free(ids);
-	free(cow);
-	return NULL;
-}
-
-ALWAYS_INLINE void *fork_body(struct thr *t, const bool kv)
-{
-	struct run *r = t->run;
-	const uint32_t S = r->per_thread, P = r->prompt;
-	const uint32_t expect_cow = P % BLOCK_TOKENS ? 1 : 0;
-	const uint32_t cow_tokens = P % BLOCK_TOKENS;
-	uint64_t next = seq_id(t->tid, 0) | FORK_BIT;
-	uint64_t ops = 0;
-	uint32_t i = 0;
-
-	for (uint32_t j = 0; j < S; j++)
-		op_create(t, kv, seq_id(t->tid, j), P);
-
-#define FORK_ONE()                                                          \
-	do {                                                                \
-		uint64_t dst_ = next++;                                     \
-                                                                            \
-		op_fork(t, kv, seq_id(t->tid, i), dst_);                    \
-		op_append1(t, kv, dst_, expect_cow, cow_tokens);            \
-		op_free(t, kv, dst_);                                       \
-		if (++i == S)                                               \
-			i = 0;                                              \
-	} while (0)
-
-	for (uint32_t w = 0; w < WARMUP_FORK; w++)
-		FORK_ONE();
-	bench_sync_start(&r->sync);
-	while (!bench_sync_stopped(&r->sync)) {
-		FORK_ONE();
-		ops++;
-	}
-#undef FORK_ONE
-	bench_sync_done(&r->sync);
-	t->ops = ops;
-	for (uint32_t j = 0; j < S; j++)
-		op_free(t, kv, seq_id(t->tid, j));
-	return NULL;
-}
-
-static void *decode_kvp(void *arg)
-{
-	return decode_body(arg, true);
-}
-
-static void *decode_mtx(void *arg)
-{
-	return decode_body(arg, false);
-}
-
-static void *batch_kvp(void *arg)
-{
-	return batch_body(arg, true);
-}
-
-static void *batch_mtx(void *arg)
-{
-	return batch_body(arg, false);
-}
-
-static void *fork_kvp(void *arg)
-{
-	return fork_body(arg, true);
-}
-
-static void *fork_mtx(void *arg)
-{
-	return fork_body(arg, false);
-}
-
-typedef void *(*worker_fn)(void *);
-
-static worker_fn worker_for(enum peer p, enum workload w)
-{
-	if (w == WL_DECODE || w == WL_FULL)
-		return p == P_KVPOOL ? decode_kvp : decode_mtx;
-	if (w == WL_BATCH)
-		return p == P_KVPOOL ? batch_kvp : batch_mtx;
-	return p == P_KVPOOL ? fork_kvp : fork_mtx;
 }
 
 /* ----------------------------------------------------------- measurement */
@@ -565,6 +161,8 @@ static uint32_t prompt_tokens(const struct opts *o, enum workload w)
 {
 	if (wl_fork_blocks[w])
 		return wl_fork_blocks[w] * BLOCK_TOKENS + FORK_PARTIAL;
+	if (wl_fork_n[w])
+		return FORK_N_PROMPT;
 	return o->prompt;
 }
 
@@ -824,8 +422,9 @@ static void usage(FILE *f)
 		"                  (default %u)\n"
 		"  --workloads L   comma-separated subset of decode,batch,"
 		"fork4,fork16,\n"
-		"                  fork64,full; fork = the three fork rows "
-		"(default all)\n"
+		"                  fork64,full,fork_n4,fork_n16; fork = the "
+		"three fork rows,\n"
+		"                  fork_n = the two fork_n rows (default all)\n"
 		"  --csv FILE      also write every cell as CSV:\n"
 		"                  workload,peer,threads,rep_median_mops,"
 		"ns_per_op_per_thread\n",
@@ -834,7 +433,7 @@ static void usage(FILE *f)
 }
 
 /* A comma-separated list of workload names ("fork": the three fork
- * rows); exits 2 on a bad one. */
+ * rows, "fork_n": the two fork_n rows); exits 2 on a bad one. */
 static unsigned parse_workloads(const char *val)
 {
 	unsigned set = 0;
@@ -850,6 +449,8 @@ static unsigned parse_workloads(const char *val)
 				break;
 		if (len == 4 && !strncmp(p, "fork", 4)) {
 			set |= WL_FORKS;
+		} else if (len == 6 && !strncmp(p, "fork_n", 6)) {
+			set |= WL_FORK_NS;
 		} else if (w == NUM_WL) {
 			fprintf(stderr, "%s: --workloads: unknown workload "
 					"'%.*s' in '%s'\n",
@@ -972,10 +573,11 @@ static void target_oversub(const struct opts *o, const char *tag,
 		     0.8);
 }
 
-/* Issue 24's targets. */
+/* Issue 24's targets, and issue 40's for forks and fork_n. */
 static void print_targets(const struct opts *o)
 {
 	static const enum workload forks[] = {WL_FORK4, WL_FORK16, WL_FORK64};
+	static const double forks_1t[] = {0.6, 1.0, 1.0};
 	double k1 = cell(o, WL_DECODE, 1, P_KVPOOL);
 	unsigned tag = 1;
 	char line[512], t[16];
@@ -999,9 +601,15 @@ static void print_targets(const struct opts *o)
 	}
 	for (unsigned i = 0; i < sizeof(forks) / sizeof(forks[0]); i++) {
 		snprintf(t, sizeof(t), "(%u)", tag++);
-		target_ratio(o, t, forks[i], 1, 1.0);
+		target_ratio(o, t, forks[i], 1, forks_1t[i]);
 		snprintf(t, sizeof(t), "(%u)", tag++);
 		target_ratio(o, t, forks[i], 2, 3.0);
+	}
+	for (int w = WL_FORKN4; w <= WL_FORKN16; w++) {
+		snprintf(t, sizeof(t), "(%u)", tag++);
+		target_ratio(o, t, (enum workload)w, 1, 1.5);
+		snprintf(t, sizeof(t), "(%u)", tag++);
+		target_ratio(o, t, (enum workload)w, 2, 3.0);
 	}
 	for (int w = 0; w < NUM_WL; w++) {
 		snprintf(t, sizeof(t), "(%u)", tag++);
@@ -1051,6 +659,58 @@ static void measure_group(enum workload w, unsigned ti, unsigned n,
 		bench_res_store(w, ti, p);
 }
 
+/* What the run measures, and how to read it. */
+static void print_setup(const struct opts *op, long ncpu, uint32_t max_blocks,
+			uint32_t cache_blocks)
+{
+	const struct bench_opts *c = &op->common;
+
+	printf("bench_seq: kvpool %d.%d.%d, %ld online CPUs, %u tokens per "
+	       "block\n",
+	       KVP_VERSION_MAJOR, KVP_VERSION_MINOR, KVP_VERSION_PATCH, ncpu,
+	       BLOCK_TOKENS);
+	printf("  decode: %u running sequences split between the threads, "
+	       "kvp_seq_append per\n"
+	       "    sequence; prompt %u tokens, recycled at %u tokens\n",
+	       op->seqs, op->prompt, MAX_TOKENS);
+	printf("  batch: each thread's decode step appends to its %u "
+	       "sequences in one\n"
+	       "    kvp_seq_append_batch (the mutex peer: one lock per "
+	       "batch)\n",
+	       op->batch);
+	printf("  forkN: fork + append 1 token + free of a source of N full "
+	       "blocks and %u\n"
+	       "    tokens (the append copies that block); %u sources split "
+	       "between the threads\n",
+	       FORK_PARTIAL, op->seqs);
+	printf("  fork_nN: N children of a %u-token source in one "
+	       "kvp_seq_fork_n (the mutex\n"
+	       "    peer: one lock hold), each appends 1 token (a copy) and "
+	       "is freed\n",
+	       FORK_N_PROMPT);
+	printf("  ID-only pool of up to %u blocks, kvpool cache %u "
+	       "blocks/thread (automatic)\n",
+	       max_blocks, cache_blocks);
+	printf("  %.2f s per measurement, median of %u reps, peers "
+	       "interleaved\n",
+	       c->seconds, c->reps);
+	bench_report_busy("before the run");
+	printf("  estimated run time: %.0f s\n",
+	       __builtin_popcount(op->workloads) * c->nthreads_list * NUM_PEERS *
+		       c->reps * (c->seconds + 0.05));
+	printf("  Mops/s: ops per second, all threads (decode, batch, full: "
+	       "appends;\n"
+	       "    forkN: fork+append+free cycles; fork_nN: cycles of N "
+	       "children)\n");
+	printf("  full: decode in a full pool of %u blocks or fewer "
+	       "(prefix caching; allocations evict)\n",
+	       full_pool_blocks(op, 1));
+	printf("  ns/op/thr = threads * 1e3 / Mops (decode, batch: per "
+	       "sequence per step)\n");
+	printf("  x mutex: kvpool throughput / mutex-hashmap throughput "
+	       "(higher is better)\n");
+}
+
 /* ------------------------------------------------------------------ main */
 
 int main(int argc, char **argv)
@@ -1082,44 +742,7 @@ int main(int argc, char **argv)
 	kvp_pool_stats(probe, &st);
 	kvp_pool_unref(probe);
 
-	printf("bench_seq: kvpool %d.%d.%d, %ld online CPUs, %u tokens per "
-	       "block\n",
-	       KVP_VERSION_MAJOR, KVP_VERSION_MINOR, KVP_VERSION_PATCH, ncpu,
-	       BLOCK_TOKENS);
-	printf("  decode: %u running sequences split between the threads, "
-	       "kvp_seq_append per\n"
-	       "    sequence; prompt %u tokens, recycled at %u tokens\n",
-	       o.seqs, o.prompt, MAX_TOKENS);
-	printf("  batch: each thread's decode step appends to its %u "
-	       "sequences in one\n"
-	       "    kvp_seq_append_batch (the mutex peer: one lock per "
-	       "batch)\n",
-	       o.batch);
-	printf("  forkN: fork + append 1 token + free of a source of N full "
-	       "blocks and %u\n"
-	       "    tokens (the append copies that block); %u sources split "
-	       "between the threads\n",
-	       FORK_PARTIAL, o.seqs);
-	printf("  ID-only pool of up to %u blocks, kvpool cache %u "
-	       "blocks/thread (automatic)\n",
-	       max_blocks, st.cache_blocks);
-	printf("  %.2f s per measurement, median of %u reps, peers "
-	       "interleaved\n",
-	       c->seconds, c->reps);
-	bench_report_busy("before the run");
-	printf("  estimated run time: %.0f s\n",
-	       __builtin_popcount(o.workloads) * c->nthreads_list * NUM_PEERS *
-		       c->reps * (c->seconds + 0.05));
-	printf("  Mops/s: ops per second, all threads (decode, batch, full: "
-	       "appends;\n"
-	       "    forkN: fork+append+free cycles)\n");
-	printf("  full: decode in a full pool of %u blocks or fewer "
-	       "(prefix caching; allocations evict)\n",
-	       full_pool_blocks(&o, 1));
-	printf("  ns/op/thr = threads * 1e3 / Mops (decode, batch: per "
-	       "sequence per step)\n");
-	printf("  x mutex: kvpool throughput / mutex-hashmap throughput "
-	       "(higher is better)\n");
+	print_setup(&o, ncpu, max_blocks, st.cache_blocks);
 	bench_print_others_legend();
 	print_header();
 	fflush(stdout);

@@ -932,6 +932,95 @@ fail:
 	return rc;
 }
 
+/* Room in the map for n more sequences.  Lock held. */
+static int mm_room_n(struct mm_mgr *m, uint32_t n)
+{
+	while ((m->count + n) * 2 > m->mask + 1) {
+		int rc = mm_grow(m);
+
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+/* mm_fork_n under the lock, the children's structs ds[0..n) made: checks
+ * everything, then changes everything (all or nothing). */
+static int mm_fork_n_locked(struct mm_mgr *m, struct mm_seq *s,
+			    const uint64_t *dsts, struct mm_seq **ds,
+			    uint32_t n)
+{
+	struct mm_pool *p = m->pool;
+	bool found;
+	int rc;
+
+	for (uint32_t i = 0; i < n; i++) {
+		(void)mm_probe(m, dsts[i], &found);
+		for (uint32_t j = 0; j < i && !found; j++)
+			found = dsts[j] == dsts[i];
+		if (found)
+			return -EEXIST;
+	}
+	for (uint32_t i = 0; i < s->nblocks; i++)
+		if (p->refcnt[s->blocks[i]] > KVP_MAX_REFS - n)
+			return -EOVERFLOW;
+	for (uint32_t i = 0; i < n; i++)
+		if ((rc = mm_reserve(ds[i], s->nblocks)) != 0)
+			return rc;
+	if ((rc = mm_room_n(m, n)) != 0)
+		return rc;
+	for (uint32_t i = 0; i < s->nblocks; i++)
+		p->refcnt[s->blocks[i]] += n;
+	s->last_access = ++p->clock;
+	s->access_count++;
+	for (uint32_t i = 0; i < n; i++) {
+		struct mm_seq *d = ds[i];
+		uint64_t slot = mm_probe(m, dsts[i], &found);
+
+		memcpy(d->blocks, s->blocks, s->nblocks * sizeof(uint32_t));
+		d->id = dsts[i];
+		d->nblocks = s->nblocks;
+		d->num_tokens = s->num_tokens;
+		d->priority = s->priority;
+		d->last_access = ++p->clock;
+		d->access_count = 0;
+		m->slots[slot].key = dsts[i];
+		m->slots[slot].seq = d;
+	}
+	m->count += n;
+	m->st.forks += n;
+	m->st.tokens += (uint64_t)n * s->num_tokens;
+	return 0;
+}
+
+MM_API int mm_fork_n(struct mm_mgr *m, uint64_t src, const uint64_t *dsts,
+		     uint32_t n)
+{
+	struct mm_pool *p = m->pool;
+	struct mm_seq *ds[MM_FORK_N_MAX], *s;
+	uint32_t made;
+	int rc = 0;
+
+	if (n == 0 || n > MM_FORK_N_MAX)
+		return -EINVAL;
+	/* Host memory outside the lock, as mm_fork's. */
+	for (made = 0; made < n; made++)
+		if (!(ds[made] = mm_seq_new(MM_MIN_CAP))) {
+			rc = -ENOMEM;
+			break;
+		}
+	if (!rc) {
+		pthread_mutex_lock(&p->lock);
+		s = mm_lookup(m, src);
+		rc = s ? mm_fork_n_locked(m, s, dsts, ds, n) : -ENOENT;
+		pthread_mutex_unlock(&p->lock);
+	}
+	if (rc)
+		for (uint32_t i = 0; i < made; i++)
+			mm_seq_delete(ds[i]);
+	return rc;
+}
+
 MM_API int mm_free(struct mm_mgr *m, uint64_t id)
 {
 	struct mm_pool *p = m->pool;

@@ -158,6 +158,11 @@ int mm_append_batch(struct mm_mgr *m, const uint64_t *seqs,
 		    const uint32_t *num_tokens, uint32_t nseq,
 		    struct kvp_copy *cow, uint32_t cow_cap, uint32_t *ncow);
 int mm_fork(struct mm_mgr *m, uint64_t src, uint64_t dst);
+/* n children of src under one hold of the lock (kvp_seq_fork_n without
+ * its flag), all or nothing; n at most MM_FORK_N_MAX. */
+#define MM_FORK_N_MAX 64u
+int mm_fork_n(struct mm_mgr *m, uint64_t src, const uint64_t *dsts,
+	      uint32_t n);
 int mm_free(struct mm_mgr *m, uint64_t id);
 int mm_evict(struct mm_mgr *m, uint64_t *victim);
 int mm_admit(struct mm_mgr *m, uint32_t num_tokens);

@@ -210,5 +210,5 @@ KVPE_API int kvp_pub_encode(const struct kvp_event *const *events, uint32_t n,
 				medium ? medium : KVPE_DEFAULT_MEDIUM);
 	kvpe_pack_batch_tail(&pk, data_parallel_rank);
 	*len = f.len;
-	return f.len <= cap ? 0 : -ENOSPC;
+	return f.len <= cap ? 0 : -ENOBUFS;
 }

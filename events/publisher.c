@@ -900,7 +900,7 @@ KVPE_API int kvp_pub_endpoint(struct kvp_pub *p, int which, char *buf,
 	if (zmq_getsockopt(s, ZMQ_LAST_ENDPOINT, tmp, &n) != 0)
 		return kvpe_zmq_errno();
 	if (strlen(tmp) >= len)
-		return -ENOSPC;
+		return -ENOBUFS;
 	memcpy(buf, tmp, strlen(tmp) + 1);
 	return 0;
 }

@@ -218,7 +218,7 @@ KVPE_API int kvp_pub_metrics_format(struct kvp_pub *pub, uint32_t flags,
 /*
  * The address a socket is bound to (which 0: PUB, 1: replay), with the
  * port the system chose for "tcp://host:*".  Errors: -EINVAL (NULL
- * argument, no such socket), -ENOSPC (buf too small).
+ * argument, no such socket), -ENOBUFS (buf too small).
  */
 KVPE_API int kvp_pub_endpoint(struct kvp_pub *pub, int which, char *buf, size_t len);
 
@@ -235,7 +235,7 @@ KVPE_API void kvp_pub_destroy(struct kvp_pub *pub);
  * Encodes one batch payload of events[0..n) (timestamp ts, data-parallel
  * rank; flags: KVP_PUB_INT_HASHES; medium for events that name none,
  * NULL = "GPU") into buf[0..cap), its length in *len.  Errors: -EINVAL
- * (NULL buf, len or events with n > 0, NULL event), -ENOSPC (cap too
+ * (NULL buf, len or events with n > 0, NULL event), -ENOBUFS (cap too
  * small; *len then says how many bytes are needed).
  */
 KVPE_API int kvp_pub_encode(const struct kvp_event *const *events, uint32_t n,

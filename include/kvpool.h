@@ -4,7 +4,14 @@
  *
  * The whole public API.  Every function returning int returns 0 (or a
  * documented non-negative value) on success and a negative errno on failure;
- * kvp_strerror() names it.  A call that fails changes nothing.
+ * kvp_strerror() names it.  A call that fails changes nothing.  The
+ * errnos: -EINVAL a bad argument, -ENOSPC not enough free blocks,
+ * -ENOBUFS the caller's buffer is too small (kvp_last_error says how
+ * large it must be), -ENOMEM host memory, -ENOENT an unknown sequence,
+ * -EEXIST a sequence id in use, -ERANGE a block id, position or count out
+ * of range, -EALREADY a block already free, -EOVERFLOW a count that would
+ * overflow, -EBUSY a shared or cached block in use, -EFAULT a failed
+ * invariant check, -EIO a write error or no randomness.
  *
  * Synchronisation table (pool):
  *
@@ -60,32 +67,37 @@ extern "C" {
 KVP_API const char *kvp_strerror(int err);
 
 /*
- * Details of the calling thread's last -ENOSPC, for callers that report
- * more than the errno (a scheduler deciding how much to preempt, a
- * binding's error type).  Every public call that returns -ENOSPC records
- * them, per thread, just before it returns; no other call touches the
- * record, so read it right after the failing call.  Two kinds:
- *  - not enough blocks (kvp_pool_alloc, kvp_seq_create, kvp_seq_append
- *    and _ex and _batch, kvp_seq_create_cached): `requested` is the
- *    blocks the call needed at once, `available` the blocks it could
- *    have had when it gave up (free, parked in thread caches, and idle
- *    cached blocks it could evict): a recent count, not a snapshot,
- *    while other threads run;
- *  - a caller's buffer too small (kvp_seq_blocks, kvp_manager_seqs, the
- *    exports, kvp_metrics_format, a copy-on-write with cow_cap 0):
- *    `requested` is the entries needed, `available` the buffer's cap.
+ * Details of the calling thread's last -ENOSPC or -ENOBUFS, for callers
+ * that report more than the errno (a scheduler deciding how much to
+ * preempt, a caller growing its buffer, a binding's error type).  Every
+ * public call that returns one of the two records them, per thread, just
+ * before it returns; no other call touches the record, so read it right
+ * after the failing call.  Two kinds:
+ *  - -ENOSPC, not enough blocks (kvp_pool_alloc, kvp_seq_create,
+ *    kvp_seq_append and _ex and _batch, kvp_seq_reserve,
+ *    kvp_seq_create_cached): `requested` is the blocks the call needed
+ *    at once, `available` the blocks it could have had when it gave up
+ *    (free, parked in thread caches, and idle cached blocks it could
+ *    evict): a recent count, not a snapshot, while other threads run;
+ *  - -ENOBUFS, a caller's buffer too small (kvp_seq_blocks,
+ *    kvp_manager_seqs, kvp_export_block_table, kvp_export_csr,
+ *    kvp_metrics_format, kvp_hash_blocks_cap, a copy-on-write with no
+ *    room in cow[]): `requested` is the entries needed (bytes for
+ *    kvp_metrics_format, its NUL included), `available` the buffer's
+ *    capacity.
  */
 struct kvp_error_info {
-	int err;	    /* -ENOSPC */
-	uint32_t buffer;    /* 1: a buffer was too small; 0: blocks */
+	int err;	    /* -ENOSPC or -ENOBUFS */
+	uint32_t buffer;    /* 1: -ENOBUFS, a buffer; 0: -ENOSPC, blocks */
 	uint64_t requested; /* blocks (or entries) the call needed */
 	uint64_t available; /* blocks it could have had (or the cap) */
 };
 
 /*
- * Copies the calling thread's last -ENOSPC details into *out.  Returns 0,
- * -ENOENT if no call of this thread returned -ENOSPC yet, -EINVAL for a
- * NULL out.  Thread-safe (each thread has its own record).
+ * Copies the calling thread's last -ENOSPC or -ENOBUFS details into
+ * *out.  Returns 0, -ENOENT if no call of this thread returned either
+ * yet, -EINVAL for a NULL out.  Thread-safe (each thread has its own
+ * record).
  */
 KVP_API int kvp_last_error(struct kvp_error_info *out);
 
@@ -257,8 +269,12 @@ struct kvp_pool_stats {
 	uint64_t used;		   /* total - free */
 	uint64_t in_thread_caches; /* free blocks parked in thread caches */
 	uint64_t peak_used;	   /* highest `used` seen; see below */
-	uint64_t allocs;	   /* blocks handed out since creation */
-	uint64_t frees;		   /* blocks returned (refcount reached 0) */
+	/* References going 0 -> 1 since creation: blocks handed out by
+	 * allocations, and cached blocks revived by prefix-cache hits. */
+	uint64_t allocs;
+	/* References going 1 -> 0: frees, and cached blocks going idle
+	 * (they stay cached), so a hit and its release count in both. */
+	uint64_t frees;
 	uint32_t cache_blocks;	   /* per-thread cache capacity in effect */
 	uint32_t threads;	   /* thread caches attached to the pool */
 	/* Cached blocks nobody references (prefix caching), or only
@@ -345,8 +361,8 @@ KVP_API void kvp_thread_flush(void);
  *   kvp_manager_check             nothing on the pool          quiescence
  *   kvp_manager_destroy           nothing on this manager      -
  *
- * kvp_seq_fork racing kvp_seq_free of its source either forks all of it or
- * fails with -ENOENT.  No block is freed while a sequence holds it, none is
+ * kvp_seq_fork (and kvp_seq_fork_n) racing kvp_seq_free of its source
+ * either forks all of it or fails with -ENOENT.  No block is freed while a sequence holds it, none is
  * leaked.  Threads need no registration: a thread is registered with RCU on
  * first use and unregistered when it exits.
  */
@@ -434,9 +450,9 @@ KVP_API int kvp_manager_set_policy(struct kvp_manager *m,
  * Lists the manager's sequences: their ids to ids[0..*n), in no
  * particular order.  A sequence alive throughout the call is listed
  * once; one created or freed during it may or may not be.  If cap is too
- * small, returns -ENOSPC with the count seen in *n (call again with a
+ * small, returns -ENOBUFS with the count seen in *n (call again with a
  * larger buffer: the count may have grown meanwhile).  Errors: -EINVAL
- * (NULL m or n, ids NULL with cap > 0), -ENOSPC.
+ * (NULL m or n, ids NULL with cap > 0), -ENOBUFS.
  */
 KVP_API int kvp_manager_seqs(struct kvp_manager *m, uint64_t *ids,
 			     uint32_t cap, uint32_t *n);
@@ -467,9 +483,9 @@ KVP_API int kvp_seq_create(struct kvp_manager *m, uint64_t seq,
  * block freed after this call is written (a GPU engine queues the copy
  * ahead of the step's kernels).  Errors: -EINVAL (NULL manager, cow NULL
  * with cow_cap > 0, token count overflow), -ENOENT, -ENOSPC (not enough
- * free blocks, or a copy is needed and cow_cap is 0: *ncow then says 1),
- * -ENOMEM.  On error nothing is allocated and nothing changes.  ncow may
- * be NULL.
+ * free blocks), -ENOBUFS (a copy is needed and cow_cap is 0: *ncow then
+ * says 1), -ENOMEM.  On error nothing is allocated and nothing changes.
+ * ncow may be NULL.
  */
 KVP_API int kvp_seq_append(struct kvp_manager *m, uint64_t seq,
 			   uint32_t num_tokens, struct kvp_copy *cow,
@@ -521,7 +537,7 @@ KVP_API int kvp_seq_reserve(struct kvp_manager *m, uint64_t seq,
  * per-call cost exceeds the append's (one Python call appends to a whole
  * batch).  The copies of all appends go to cow[0..*ncow) in order (at most
  * one per sequence; an append needing a copy when cow is full fails with
- * -ENOSPC).  Returns the number of sequences appended, nseq when all were.
+ * -ENOBUFS).  Returns the number of sequences appended, nseq when all were.
  * It stops at the first append that fails: if that is seqs[0], it returns
  * that append's negative errno and nothing changed; otherwise it returns
  * how many were appended (seqs[0..ret) changed, the rest did not: call
@@ -550,6 +566,28 @@ KVP_API int kvp_seq_append_batch(struct kvp_manager *m, const uint64_t *seqs,
  * exceed KVP_MAX_REFS), -ENOMEM.
  */
 KVP_API int kvp_seq_fork(struct kvp_manager *m, uint64_t src, uint64_t dst);
+
+/* kvp_seq_fork_n flags: the source's last access and access count stay as
+ * they were (a fork that is not an access of the source, as a scheduler
+ * that forks a prompt for sampling may want for LRU and LFU). */
+#define KVP_FORK_KEEP_SOURCE (1u << 0)
+
+/*
+ * Creates the n sequences dsts[0..n), each as kvp_seq_fork(m, src,
+ * dsts[i]) would, in one call: one lookup and one lock of src, its
+ * references taken n at a time.  Unless flags has KVP_FORK_KEEP_SOURCE,
+ * src's access moves once, as for one kvp_seq_fork.  All or nothing: on
+ * any error no dsts[i] exists and nothing changed.  Errors, the first that
+ * applies wins: -EINVAL (NULL m or dsts, n == 0, n above KVP_FORK_N_MAX,
+ * an unknown flag); then, for dsts[0], dsts[1], ... in order, -EEXIST (the
+ * id is in use, src included, or repeats an earlier dsts[j]) or -ENOMEM
+ * (host memory for its struct); then -ENOENT (src unknown, or freed
+ * concurrently); then -ENOMEM (host memory for the children's tables);
+ * then -EOVERFLOW (a block would exceed KVP_MAX_REFS).
+ */
+#define KVP_FORK_N_MAX 65536u
+KVP_API int kvp_seq_fork_n(struct kvp_manager *m, uint64_t src,
+			   const uint64_t *dsts, uint32_t n, uint32_t flags);
 
 /*
  * Removes a sequence and drops its blocks' references, last block first.
@@ -601,8 +639,8 @@ KVP_API int kvp_seq_info(struct kvp_manager *m, uint64_t seq,
 
 /*
  * Copies the block table to ids[0..*n).  If cap is too small, returns
- * -ENOSPC with the needed count in *n.  Errors: -EINVAL (NULL m or n, ids
- * NULL with cap > 0), -ENOENT, -ENOSPC.
+ * -ENOBUFS with the needed count in *n.  Errors: -EINVAL (NULL m or n, ids
+ * NULL with cap > 0), -ENOENT, -ENOBUFS.
  */
 KVP_API int kvp_seq_blocks(struct kvp_manager *m, uint64_t seq, uint32_t *ids,
 			   uint32_t cap, uint32_t *n);
@@ -656,7 +694,8 @@ struct kvp_stats {
 	uint64_t seq_creates;	  /* kvp_seq_create successes */
 	uint64_t seq_frees;	  /* sequences freed (incl. evictions) */
 	uint64_t appends;	  /* kvp_seq_append successes */
-	uint64_t forks;		  /* kvp_seq_fork successes */
+	uint64_t forks;		  /* kvp_seq_fork successes, and kvp_seq_fork_n's
+				     children */
 	uint64_t evictions;	  /* sequences evicted */
 	uint64_t cow_copies;	  /* copy-on-write copies reported */
 	uint64_t blocks_allocated; /* blocks this manager took from the pool */
@@ -743,7 +782,7 @@ KVP_API int kvp_manager_check(struct kvp_manager *m);
  * block ids of seqs[i] followed by `pad`.  With table NULL, returns the
  * stride needed (the longest table among seqs) instead.  Errors: -EINVAL
  * (NULL m, seqs NULL with nseq > 0), -ENOENT (an unknown sequence),
- * -ENOSPC (a sequence has more than stride blocks).  On error the table's
+ * -ENOBUFS (a sequence has more than stride blocks).  On error the table's
  * contents are unspecified.
  * Buffers: nseq bounds the reads of seqs (seqs[0..nseq)); with table not
  * NULL, nseq x stride bounds the writes (table[0..nseq * stride): every
@@ -760,7 +799,7 @@ KVP_API int kvp_export_block_table(struct kvp_manager *m, const uint64_t *seqs,
  * [1, block_tokens] (0 for a sequence with no tokens).  With indices NULL,
  * returns the number of indices needed instead.  Errors: -EINVAL (NULL m,
  * seqs NULL with nseq > 0, or indices given without indptr, or without
- * last_page_len when nseq > 0), -ENOENT, -ENOSPC (more than cap indices),
+ * last_page_len when nseq > 0), -ENOENT, -ENOBUFS (more than cap indices),
  * -EOVERFLOW (more than INT32_MAX).
  * Buffers: nseq bounds the reads of seqs (seqs[0..nseq)) and the writes
  * of indptr (indptr[0..nseq], nseq + 1 entries) and last_page_len
@@ -817,7 +856,9 @@ struct kvp_hash_keys {
  * Every field is tagged and length-prefixed, so different keys never
  * produce the same input; tokens are encoded little-endian, so hashes do
  * not depend on the host.  Hashing [a, b] from the root equals hashing
- * [b] with parent = the hash of [a].  A pure function: thread-safe.
+ * [b] with parent = the hash of [a].  out must hold ntokens /
+ * block_tokens hashes: kvp_hash_blocks_cap takes its capacity and checks
+ * it.  A pure function: thread-safe.
  * Returns the number of blocks hashed, or -EINVAL (unknown algorithm,
  * block_tokens 0, tokens NULL with ntokens > 0, out NULL with a block to
  * hash, salt NULL with salt_len > 0, more than INT32_MAX blocks), -EIO
@@ -829,6 +870,22 @@ KVP_API int kvp_hash_blocks(enum kvp_hash_algo algo,
 			    const struct kvp_hash_keys *keys,
 			    const uint32_t *tokens, uint32_t ntokens,
 			    uint32_t block_tokens, struct kvp_hash *out);
+
+/*
+ * kvp_hash_blocks into out[0..cap): the same hashes, or -ENOBUFS when
+ * the ntokens / block_tokens blocks do not fit in cap (kvp_last_error
+ * then says how many are needed; nothing is written).  Prefer it: a
+ * prompt longer than the caller planned cannot overrun out.  Errors:
+ * those of kvp_hash_blocks, -EINVAL for out NULL with cap > 0, and
+ * -ENOBUFS.  A pure function apart from kvp_last_error's record:
+ * thread-safe.
+ */
+KVP_API int kvp_hash_blocks_cap(enum kvp_hash_algo algo,
+				const struct kvp_hash *parent,
+				const struct kvp_hash_keys *keys,
+				const uint32_t *tokens, uint32_t ntokens,
+				uint32_t block_tokens, struct kvp_hash *out,
+				uint32_t cap);
 
 /*
  * Makes XXH3-128 block hashes use `seed` instead of the per-process random
@@ -1168,7 +1225,9 @@ KVP_API int kvp_manager_set_event_cb(struct kvp_manager *m, kvp_event_cb cb,
  * -EBUSY (append first: copy-on-write gives the sequence its own copy of
  * a shared last block).  Reads and gathers of one sequence are consistent
  * with its writes (the sequence's lock orders them); the caller orders
- * them with its own kernels.
+ * them with its own kernels.  A data-owning pool of 0 blocks is
+ * data-owning all the same: its sequences hold no token, so every
+ * position is out of range (-ERANGE), never -EINVAL.
  */
 
 /*
@@ -1228,7 +1287,7 @@ KVP_API int kvp_metrics_write(struct kvp_pool *pool,
 /*
  * As kvp_metrics_write, into buf[0..cap): the text's length in *len and a
  * NUL after it.  Errors: as kvp_metrics_write without -EIO, NULL len or
- * (with cap > 0) buf; -ENOSPC when cap <= the length, *len then saying
+ * (with cap > 0) buf; -ENOBUFS when cap <= the length, *len then saying
  * the length (a later call may need more: counters grow).
  */
 KVP_API int kvp_metrics_format(struct kvp_pool *pool,

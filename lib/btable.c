@@ -627,6 +627,52 @@ void btable_copy_out(const struct btable *t, uint32_t first, uint32_t n,
 		*out = t->tail;
 }
 
+int btable_fork_room(struct btable *dst, const struct btable *src)
+{
+	if (config_debug && dst->n)
+		kvp_fatal("btable_fork into a table in use");
+	return src->n ? ptrs_reserve(dst, nchunks(src)) : 0;
+}
+
+int btable_share(const struct btable *src, struct kvp_pool *pool,
+		 uint32_t n)
+{
+	uint32_t k = nchunks(src);
+
+	if (!src->n)
+		return 0;
+	for (uint32_t i = 0; i < n; i++) {
+		int err = pool_block_ref(pool, src->tail);
+
+		if (unlikely(err)) {
+			/* Never the last reference: src holds one. */
+			while (i--)
+				(void)pool_block_drop(pool, src->tail);
+			COUNT_ATOMICS(2 * (uint64_t)i);
+			return err;
+		}
+	}
+	/* Relaxed: taking a reference publishes nothing (we hold the
+	 * source's, through its table). */
+	for (uint32_t i = 0; i < k; i++)
+		atomic_fetch_add_explicit(&src->chunks[i]->refs, n,
+					  memory_order_relaxed);
+	COUNT_ATOMICS(k + n);
+	return 0;
+}
+
+void btable_fork_copy(struct btable *dst, const struct btable *src)
+{
+	if (!src->n)
+		return;
+	memcpy(dst->chunks, src->chunks,
+	       (size_t)nchunks(src) * sizeof(*dst->chunks));
+	dst->tail = src->tail;
+	dst->n = src->n;
+}
+
+/* btable_fork_room, btable_share(1) and btable_fork_copy in one: a
+ * single fork's own path, kept as short as it was. */
 int btable_fork(struct btable *dst, const struct btable *src,
 		struct kvp_pool *pool)
 {
@@ -643,8 +689,7 @@ int btable_fork(struct btable *dst, const struct btable *src,
 	err = pool_block_ref(pool, src->tail);
 	if (err)
 		return err;
-	/* Relaxed: taking a reference publishes nothing (we hold the
-	 * source's, through its table). */
+	/* Relaxed: as btable_share's. */
 	for (uint32_t i = 0; i < k; i++)
 		atomic_fetch_add_explicit(&src->chunks[i]->refs, 1,
 					  memory_order_relaxed);

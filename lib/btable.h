@@ -237,6 +237,19 @@ int btable_fork(struct btable *dst, const struct btable *src,
 		struct kvp_pool *pool);
 
 /*
+ * btable_fork in three steps, for a fork of n tables at once:
+ * btable_fork_room makes room in the empty table dst for src's chunk
+ * pointers (0 or -ENOMEM, nothing shared yet); btable_share takes n
+ * references on each of src's chunks and n on its tail block (0, or
+ * -EOVERFLOW with nothing taken); btable_fork_copy then makes dst, with
+ * room made, share src's chunks and tail through one of those references.
+ */
+int btable_fork_room(struct btable *dst, const struct btable *src);
+int btable_share(const struct btable *src, struct kvp_pool *pool,
+		 uint32_t n);
+void btable_fork_copy(struct btable *dst, const struct btable *src);
+
+/*
  * kvp_manager_check, quiescent: call btable_check_begin() on every table,
  * then btable_check_count() on every table, adding each block's holders
  * (a chunk counted once, however many tables share it) to counts[], then

@@ -31,8 +31,11 @@ static unsigned char *row_at(const struct kvp_pool *pool, uint32_t block,
 static int check_data_args(struct kvp_manager *m, uint32_t layer,
 			   const void *k, const void *v)
 {
-	/* V exactly when the pool keeps it. */
-	if (!m || !k || !m->pool->data || !v != (pool_planes(m->pool) == 1))
+	/* V exactly when the pool keeps it.  A data-owning pool of 0 blocks
+	 * has no arena but is data-owning all the same: its sequences hold
+	 * no token, so every position is out of range (-ERANGE). */
+	if (!m || !k || !m->pool->has_layout ||
+	    !v != (pool_planes(m->pool) == 1))
 		return -EINVAL;
 	if (layer >= m->pool->layout.num_layers)
 		return -EINVAL;

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * error.c - kvp_strerror, and the per-thread record of the last -ENOSPC
- * that kvp_last_error reads (error.h).
+ * or -ENOBUFS that kvp_last_error reads (error.h).
  * Floor 1 of lib/ (doc/architecture.md, "Layers").
  *
  * Owns the record: one per thread, written and read only by its thread.
@@ -13,35 +13,35 @@
 #include "error.h"
 #include "kvpool.h"
 
-static KVP_TLS struct kvp_error_info last_nospace;
-static KVP_TLS bool have_nospace;
+static KVP_TLS struct kvp_error_info last_shortage;
+static KVP_TLS bool have_shortage;
 
-static void note(uint32_t buffer, uint64_t requested, uint64_t available)
+static void note(int err, uint64_t requested, uint64_t available)
 {
-	last_nospace = (struct kvp_error_info){.err = -ENOSPC,
-					       .buffer = buffer,
-					       .requested = requested,
-					       .available = available};
-	have_nospace = true;
+	last_shortage = (struct kvp_error_info){.err = err,
+						.buffer = err == -ENOBUFS,
+						.requested = requested,
+						.available = available};
+	have_shortage = true;
 }
 
 void kvp_note_nospace(uint64_t requested, uint64_t available)
 {
-	note(0, requested, available);
+	note(-ENOSPC, requested, available);
 }
 
 void kvp_note_buffer(uint64_t needed, uint64_t cap)
 {
-	note(1, needed, cap);
+	note(-ENOBUFS, needed, cap);
 }
 
 KVP_API int kvp_last_error(struct kvp_error_info *out)
 {
 	if (!out)
 		return -EINVAL;
-	if (!have_nospace)
+	if (!have_shortage)
 		return -ENOENT;
-	*out = last_nospace;
+	*out = last_shortage;
 	return 0;
 }
 
@@ -54,6 +54,8 @@ KVP_API const char *kvp_strerror(int err)
 		return "invalid argument";
 	case -ENOSPC:
 		return "not enough free blocks";
+	case -ENOBUFS:
+		return "the caller's buffer is too small";
 	case -ENOMEM:
 		return "out of host memory";
 	case -ENOENT:

@@ -3,7 +3,7 @@
  * export.c - block tables in the formats attention kernels take.
  * Floor 11 of lib/ (doc/architecture.md, "Layers").
  *
- * Each sequence is read under its own lock (seqslab.h), so each row is a
+ * Each sequence is read under its own lock (seqmem.h), so each row is a
  * consistent snapshot of one sequence; rows of different sequences may be
  * from different moments if other threads append meanwhile.
  */
@@ -58,7 +58,7 @@ KVP_API int kvp_export_block_table(struct kvp_manager *m, const uint64_t *seqs,
 		nb = btable_len(&s->table);
 		if (nb > stride) {
 			kvp_note_buffer(nb, stride);
-			err = -ENOSPC;
+			err = -ENOBUFS;
 		} else {
 			/* Ids are below KVP_MAX_BLOCKS = 2^31: int32 safe. */
 			for (j = 0; j < nb; j++)
@@ -104,7 +104,7 @@ KVP_API int kvp_export_csr(struct kvp_manager *m, const uint64_t *seqs,
 		nb = btable_len(&s->table);
 		if (at + nb > cap) {
 			kvp_note_buffer((uint64_t)at + nb, cap);
-			err = -ENOSPC;
+			err = -ENOBUFS;
 		} else if (at + nb > INT32_MAX) {
 			err = -EOVERFLOW;
 		} else {

@@ -45,6 +45,7 @@
 #include <xxhash.h>
 
 #include "compiler.h"
+#include "error.h"
 #include "kvpool.h"
 
 #define DOMAIN "kvpool-block-hash/1"
@@ -445,6 +446,47 @@ KVP_API uint64_t kvp_hash_to_u64(const struct kvp_hash *h)
 	return v;
 }
 
+/* The blocks kvp_hash_blocks would hash in *nblocks, or -EINVAL for
+ * arguments it rejects (out aside). */
+static int blocks_args(enum kvp_hash_algo algo,
+		       const struct kvp_hash_keys *keys, const uint32_t *tokens,
+		       uint32_t ntokens, uint32_t block_tokens,
+		       uint32_t *nblocks)
+{
+	if (algo != KVP_HASH_SHA256 && algo != KVP_HASH_XXH3_128 &&
+	    algo != KVP_HASH_SHA256_CBOR)
+		return -EINVAL;
+	if (block_tokens == 0 || (!tokens && ntokens))
+		return -EINVAL;
+	if (keys && keys->salt_len && !keys->salt)
+		return -EINVAL;
+	*nblocks = ntokens / block_tokens;
+	return *nblocks > INT32_MAX ? -EINVAL : 0;
+}
+
+KVP_API int kvp_hash_blocks_cap(enum kvp_hash_algo algo,
+				const struct kvp_hash *parent,
+				const struct kvp_hash_keys *keys,
+				const uint32_t *tokens, uint32_t ntokens,
+				uint32_t block_tokens, struct kvp_hash *out,
+				uint32_t cap)
+{
+	uint32_t nblocks;
+	int err;
+
+	err = blocks_args(algo, keys, tokens, ntokens, block_tokens, &nblocks);
+	if (err)
+		return err;
+	if (!out && cap)
+		return -EINVAL;
+	if (nblocks > cap) {
+		kvp_note_buffer(nblocks, cap);
+		return -ENOBUFS;
+	}
+	return kvp_hash_blocks(algo, parent, keys, tokens, ntokens,
+			       block_tokens, out);
+}
+
 KVP_API int kvp_hash_blocks(enum kvp_hash_algo algo,
 			    const struct kvp_hash *parent,
 			    const struct kvp_hash_keys *keys,
@@ -456,15 +498,10 @@ KVP_API int kvp_hash_blocks(enum kvp_hash_algo algo,
 	uint32_t nblocks;
 	int err;
 
-	if (algo != KVP_HASH_SHA256 && algo != KVP_HASH_XXH3_128 &&
-	    algo != KVP_HASH_SHA256_CBOR)
-		return -EINVAL;
-	if (block_tokens == 0 || (!tokens && ntokens))
-		return -EINVAL;
-	if (keys && keys->salt_len && !keys->salt)
-		return -EINVAL;
-	nblocks = ntokens / block_tokens;
-	if (nblocks > INT32_MAX || (nblocks && !out))
+	err = blocks_args(algo, keys, tokens, ntokens, block_tokens, &nblocks);
+	if (err)
+		return err;
+	if (nblocks && !out)
 		return -EINVAL;
 	if (algo == KVP_HASH_SHA256_CBOR)
 		return cbor_blocks(parent, keys, tokens, nblocks, block_tokens,

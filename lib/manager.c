@@ -3,7 +3,7 @@
  * manager.c - managers: kvp_manager_create and _destroy, statistics
  * (kvp_manager_stats, kvp_stats_add), dump
  * and kvp_manager_check (layer 10, doc/architecture.md "Layers": the top
- * of the sequence layers, over seq.c, seqslab.c, seqmem.c, seqmap.c,
+ * of the sequence layers, over seq.c, seqmem.c, seqmap.c, registry.c,
  * mgrstat.c, prefix.c and pool.c).
  *
  * Owns struct kvp_manager (manager.h): its configuration, read-only after
@@ -133,7 +133,7 @@ KVP_API int kvp_manager_create(const struct kvp_manager_config *cfg,
 		memcpy(m->name, cfg->name, strlen(cfg->name) + 1);
 	else
 		snprintf(m->name, sizeof(m->name), "%" PRIu64, m->uid);
-	seqmem_init(&m->mem);
+	seqmem_init(m);
 	m->pool = kvp_pool_ref(pool);
 	m->block_tokens = pool->block_tokens;
 	m->bt_shift = (m->block_tokens & (m->block_tokens - 1))
@@ -160,7 +160,7 @@ KVP_API int kvp_manager_create(const struct kvp_manager_config *cfg,
 		kvp_free_aligned(m, KVP_CACHELINE, sizeof(*m));
 		return err;
 	}
-	seqslab_register(m);
+	registry_add(m);
 	*out = m;
 	return 0;
 }
@@ -173,8 +173,9 @@ KVP_API void kvp_manager_destroy(struct kvp_manager *m)
 
 	if (!m)
 		return;
-	/* From now on no thread hands stashed structs back to m. */
-	seqslab_dying(m);
+	/* From now on no thread hands stashed structs back to m, and no
+	 * reclaim of m starts. */
+	seqmem_close(m);
 	/* No other thread uses m: no rebuild can be under way, and the
 	 * removals inside this read-side section never wait for one. */
 	kvp_rcu_read_lock();
@@ -190,13 +191,11 @@ KVP_API void kvp_manager_destroy(struct kvp_manager *m)
 	/* Its cached blocks: evictable ones back to the free lists. */
 	prefix_cache_fini(&m->prefix);
 	/* Every removed struct must be recycled before the map goes. */
-	seqmem_flush(m);
-	seqmem_quiesce(m);
-	seqmap_fini(&m->map);
 	seqmem_fini(m);
+	seqmap_fini(&m->map);
 
 	pool = m->pool;
-	seqslab_unregister(m);
+	registry_del(m);
 	kvp_free_aligned(m, KVP_CACHELINE, sizeof(*m));
 	kvp_pool_unref(pool);
 }
@@ -307,7 +306,7 @@ KVP_API int kvp_manager_seqs(struct kvp_manager *m, uint64_t *ids,
 	*n = seen > UINT32_MAX ? UINT32_MAX : (uint32_t)seen;
 	if (seen > cap) {
 		kvp_note_buffer(seen, cap);
-		return -ENOSPC;
+		return -ENOBUFS;
 	}
 	return 0;
 }
@@ -507,7 +506,7 @@ KVP_API int kvp_manager_check(struct kvp_manager *m)
 		return -ENOMEM;
 	ck.pool = pool;
 	ck.counts = counts;
-	seqslab_each_manager(check_manager, &ck);
+	registry_each(check_manager, &ck);
 	if (ck.err)
 		err = ck.err;
 	pool_count_parked(pool, counts);

@@ -18,7 +18,8 @@
 #include "pool.h"
 #include "prefix.h"
 #include "seqmap.h"
-#include "seqslab.h"
+#include "registry.h"
+#include "seqmem.h"
 
 struct kvp_manager {
 	/* Read-only after creation. */
@@ -31,9 +32,10 @@ struct kvp_manager {
 	uint32_t flags;
 	uint32_t max_pinned; /* in effect; 0 without prefix caching */
 	struct seqmap map;
-	/* Its place in the registry of managers (seqslab.c). */
-	struct seqslab seqs;
-	/* Its sequence structs: slabs, recycling, reclaims (seqmem.c). */
+	/* Its place in the registry of managers (registry.c). */
+	struct registry_link reg;
+	/* Its sequence structs: slabs, stashes, recycling, reclaims
+	 * (seqmem.c). */
 	struct seqmem mem;
 	struct mgr_shard shards[KVP_MGR_SHARDS];
 	/* KVP_PREFIX_CACHE: the prefix cache (prefix.c's; zeroed and unused

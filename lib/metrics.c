@@ -218,7 +218,7 @@ KVP_API int kvp_metrics_format(struct kvp_pool *pool,
 	err = render(pool, managers, n, flags, &mt);
 	if (!err)
 		err = mtext_finish(&mt, buf, cap, len, NULL);
-	if (err == -ENOSPC) /* the text and its NUL */
+	if (err == -ENOBUFS) /* the text and its NUL */
 		kvp_note_buffer((uint64_t)*len + 1, cap);
 	return err;
 }

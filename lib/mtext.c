@@ -175,7 +175,7 @@ int mtext_finish(struct mtext *mt, char *buf, size_t cap, size_t *len,
 	} else if (!err) {
 		*len = mt->len;
 		if (cap <= mt->len)
-			err = -ENOSPC;
+			err = -ENOBUFS;
 		else if (mt->len)
 			memcpy(buf, mt->buf, mt->len + 1);
 		else

@@ -69,7 +69,7 @@ void mtext_fini(struct mtext *mt);
 
 /*
  * Hands the text out as kvp_metrics_format and kvp_metrics_write promise:
- * into buf[0..cap) (-ENOSPC with the length in *len when it does not fit
+ * into buf[0..cap) (-ENOBUFS with the length in *len when it does not fit
  * with its NUL), or to f (-EIO on a write error; f NULL: buf).  Frees mt.
  */
 int mtext_finish(struct mtext *mt, char *buf, size_t cap, size_t *len,

@@ -2,16 +2,16 @@
 /*
  * seq.c - the operations on sequences: create, append (copy-on-write),
  * fork, free, truncate, StreamingLLM trim, priority, info, blocks (layer
- * 8, doc/architecture.md "Layers": over seqslab.c, btable.c, mgrstat.c,
+ * 8, doc/architecture.md "Layers": over seqmem.c, btable.c, mgrstat.c,
  * prefix.c, pool.c and seqmap.c).
  *
- * Owns no struct: it changes struct kvp_seq (seqslab.h) under the
+ * Owns no struct: it changes struct kvp_seq (seqmem.h) under the
  * sequence's lock, and its block table through btable.h.  It also owns
  * the access clock (tick, touch) that the preemption policies read.
  *
  * Correctness argument.
  *
- * A sequence is found and locked through seq_acquire (seqslab.c: the
+ * A sequence is found and locked through seq_acquire (seqmem.c: the
  * structs are type-stable, a stale pointer is safe to lock and check).
  *
  * Free (and preemption, which is a free chosen by policy, preempt.c):
@@ -19,7 +19,7 @@
  * true goes on, so concurrent frees and preemptions free a victim once.
  * It then removes the entry from the map, drops the block references (no
  * one reads the table of a dead sequence) and recycles the struct at once
- * (seq_release): threads that found it before the removal may still lock
+ * (seqmem_give): threads that found it before the removal may still lock
  * it, see dead or another id, and report -ENOENT.
  *
  * Fork against free of the source: fork takes one reference on each of the
@@ -134,7 +134,7 @@ void seq_remove_locked(struct kvp_manager *m, struct kvp_seq *s)
 	if (!seqmap_remove(&m->map, s->id, s))
 		kvp_fatal("a live sequence was missing from its map");
 	/* The table is ours: nobody reads a dead sequence's table, and the
-	 * struct is reused only after seq_release(). */
+	 * struct is reused only after seqmem_give(). */
 	sink_init(&sk, m);
 	btable_release(&s->table, &sk);
 	/* Its hits, the chain's head, come last: what its thread may hit
@@ -146,7 +146,7 @@ void seq_remove_locked(struct kvp_manager *m, struct kvp_seq *s)
 	stat_add(m, frees, 1);
 	stat_add(m, sequences, -1);
 	stat_add(m, tokens, -(int64_t)tokens);
-	seq_release(s);
+	seqmem_give(s);
 }
 
 /*
@@ -164,8 +164,8 @@ static void seq_bring_alive(struct kvp_manager *m, struct kvp_seq *s)
 	 * to the lockers that see s alive (they load `dead` with acquire). */
 	touch(s);
 	/* The caller's next call on it (an append) needs no map lookup.
-	 * Noted while s is still ours and dead: see seq_cache_note. */
-	seq_cache_note(m, id, s);
+	 * Noted while s is still ours and dead: see seqmem_note. */
+	seqmem_note(m, id, s);
 	atomic_store_explicit(&s->dead, false, memory_order_release);
 }
 
@@ -178,7 +178,7 @@ static void seq_bring_alive(struct kvp_manager *m, struct kvp_seq *s)
 static int seq_publish_dead(struct kvp_manager *m, uint64_t id,
 			    struct kvp_seq **out)
 {
-	struct kvp_seq *s = seq_take(m);
+	struct kvp_seq *s = seqmem_take(m);
 	int err;
 
 	if (!s)
@@ -186,7 +186,7 @@ static int seq_publish_dead(struct kvp_manager *m, uint64_t id,
 	s->id = id;
 	err = seqmap_insert(&m->map, id, s);
 	if (err) {
-		seq_release(s);
+		seqmem_give(s);
 		return err;
 	}
 	*out = s;
@@ -199,7 +199,7 @@ static void seq_unpublish(struct kvp_manager *m, struct kvp_seq *s)
 {
 	if (!seqmap_remove(&m->map, s->id, s))
 		kvp_fatal("a sequence being created was missing from its map");
-	seq_release(s);
+	seqmem_give(s);
 }
 
 /*
@@ -355,7 +355,7 @@ append_slow(struct kvp_manager *m, struct kvp_seq *s, uint32_t n,
 		*ncow = cows;
 	if (cows > cow_cap) {
 		kvp_note_buffer(cows, cow_cap);
-		return -ENOSPC;
+		return -ENOBUFS;
 	}
 	if (grow + cows == 0) {
 		seq_set_tokens(s, total);
@@ -618,6 +618,124 @@ KVP_API int kvp_seq_fork(struct kvp_manager *m, uint64_t src, uint64_t dst)
 	return 0;
 }
 
+static void fork_n_unpublish(struct kvp_manager *m, struct kvp_seq *d);
+
+/*
+ * kvp_seq_fork_n's children, published dead in order and chained through
+ * `link` (a taken struct is on no list), first child first.  0, or the
+ * first error (-EEXIST, -ENOMEM) with none of them left published.
+ */
+static int fork_n_publish(struct kvp_manager *m, const uint64_t *dsts,
+			  uint32_t n, struct kvp_seq **first)
+{
+	struct kvp_seq *last = NULL, *d;
+
+	*first = NULL;
+	for (uint32_t i = 0; i < n; i++) {
+		int err = seq_publish_dead(m, dsts[i], &d);
+
+		if (err) {
+			fork_n_unpublish(m, *first);
+			return err;
+		}
+		/* Relaxed: the struct is ours alone until brought alive. */
+		atomic_store_explicit(&d->link, NULL, memory_order_relaxed);
+		if (last)
+			atomic_store_explicit(&last->link, d,
+					      memory_order_relaxed);
+		else
+			*first = d;
+		last = d;
+	}
+	return 0;
+}
+
+static struct kvp_seq *fork_n_next(struct kvp_seq *d)
+{
+	return atomic_load_explicit(&d->link, memory_order_relaxed);
+}
+
+/* Takes the children of fork_n_publish out of the map and gives them
+ * back. */
+static void fork_n_unpublish(struct kvp_manager *m, struct kvp_seq *d)
+{
+	while (d) {
+		struct kvp_seq *next = fork_n_next(d);
+
+		seq_unpublish(m, d);
+		d = next;
+	}
+}
+
+/* Under src's lock: room in every child's table, then src's references,
+ * n at a time.  0, -ENOMEM or -EOVERFLOW with nothing shared. */
+static int fork_n_share(struct kvp_manager *m, struct kvp_seq *s,
+			struct kvp_seq *first, uint32_t n)
+{
+	for (struct kvp_seq *d = first; d; d = fork_n_next(d)) {
+		int err = btable_fork_room(&d->table, &s->table);
+
+		if (err)
+			return err;
+	}
+	return btable_share(&s->table, m->pool, n);
+}
+
+/*
+ * Every child is published dead before src is looked up, so a taken id
+ * fails first (as kvp_seq_fork's dst); src is locked once, and its
+ * references are taken n at a time before any child is filled in.
+ */
+KVP_API int kvp_seq_fork_n(struct kvp_manager *m, uint64_t src,
+			   const uint64_t *dsts, uint32_t n, uint32_t flags)
+{
+	struct kvp_seq *s, *first, *next;
+	uint32_t tokens, committed, hits;
+	int32_t priority;
+	bool trimmed;
+	int err;
+
+	if (!m || !dsts || n == 0 || n > KVP_FORK_N_MAX ||
+	    (flags & ~KVP_FORK_KEEP_SOURCE))
+		return -EINVAL;
+	err = fork_n_publish(m, dsts, n, &first);
+	if (err)
+		return err;
+	s = seq_acquire(m, src);
+	if (!s) {
+		fork_n_unpublish(m, first);
+		return -ENOENT;
+	}
+	err = fork_n_share(m, s, first, n);
+	if (err) {
+		seq_unlock(s);
+		fork_n_unpublish(m, first);
+		return err;
+	}
+	committed = s->committed;
+	hits = s->hits;
+	trimmed = s->trimmed;
+	tokens = seq_tokens(s);
+	priority = atomic_load_explicit(&s->priority, memory_order_relaxed);
+	for (struct kvp_seq *d = first; d; d = fork_n_next(d))
+		btable_fork_copy(&d->table, &s->table);
+	s->tail_shared = true;
+	if (!(flags & KVP_FORK_KEEP_SOURCE))
+		touch(s);
+	seq_unlock(s);
+	for (struct kvp_seq *d = first; d; d = next) {
+		/* Read first: once alive, a free may reuse d. */
+		next = fork_n_next(d);
+		seq_init(d, d->id, tokens, priority, true, committed, hits,
+			 trimmed);
+		seq_bring_alive(m, d);
+	}
+	stat_add(m, forks, n);
+	stat_add(m, sequences, n);
+	stat_add(m, tokens, (int64_t)tokens * n);
+	return 0;
+}
+
 KVP_API int kvp_seq_free(struct kvp_manager *m, uint64_t id)
 {
 	struct kvp_seq *s;
@@ -769,7 +887,7 @@ KVP_API int kvp_seq_blocks(struct kvp_manager *m, uint64_t id, uint32_t *ids,
 	*n = btable_len(&s->table);
 	if (*n > cap) {
 		kvp_note_buffer(*n, cap);
-		err = -ENOSPC;
+		err = -ENOBUFS;
 	} else
 		btable_copy_out(&s->table, 0, *n, ids);
 	seq_unlock(s);

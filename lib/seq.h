@@ -10,7 +10,7 @@
 #include <stdint.h>
 
 #include "kvpool.h"
-#include "seqslab.h"
+#include "seqmem.h"
 
 /*
  * kvp_seq_create and kvp_seq_create_cached: a sequence of num_tokens whose

@@ -3,7 +3,7 @@
  * seqmap.c - seq_id -> sequence: a lock-free open-addressing table
  * (linear probing) read under RCU, rebuilt by one thread at a time.
  * Floor 6 of lib/ (doc/architecture.md, "Layers"): calls alloc.c,
- * conf.c and rcu.c; seqslab.c and the files above it call it.
+ * conf.c and rcu.c; seqmem.c and the files above it call it.
  *
  * A slot is two words: key (0 = empty) and val (NULL = absent).  Id 0
  * lives outside the table, in map->zero.

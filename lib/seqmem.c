@@ -1,27 +1,34 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * seqmem.c - the memory of sequence structs: slabs, the free list, the
- * retire list and its batches through RCU, and the reclaims that give
- * wholly free slabs back (floor 6, doc/architecture.md "Layers": over
- * btable.c, mgrstat.c, tcache.c, rcu.c and alloc.c; seqslab.c, above it,
- * keeps each thread's stashes and lookup cache).
+ * seqmem.c - the memory of sequence structs, one room: each thread's
+ * stashes and fresh slab, the lookup cache, the slabs, the free list, the
+ * retire list and its batches through RCU, the reclaims that give wholly
+ * free slabs back (floor 7, doc/architecture.md "Layers": over btable.c,
+ * mgrstat.c, tcache.c, seqmap.c, registry.c, rcu.c and alloc.c).
  *
- * Owns struct seq_slab, struct seqmem and struct seqmem_reader
- * (seqmem.h), and the list of every thread's reader.
+ * Owns struct kvp_seq's memory and struct seqmem (seqmem.h), struct
+ * seq_slab, each thread's struct seq_thread and the list of every
+ * thread's reader.  Its door (seqmem.h) is all the sequence layer
+ * sees: seqmem_take, seqmem_give, seq_acquire, seqmem_note, seq_prefetch,
+ * kvp_thread_flush; nothing here calls back up.
  *
  * Correctness argument.
  *
  * A sequence is found through the map (seqmap.c), which stores pointers
  * to type-stable structs: a struct belongs to one manager and lives in a
  * slab that is freed only as below, so a pointer found stays safe to
- * lock even if the sequence is removed and its struct reused meanwhile
- * (seqslab.c validates under the lock).
+ * lock even if the sequence is removed and its struct reused meanwhile.
+ * Every mutation and every consistent read of a sequence happens under
+ * its own lock, after checking `dead` and the id (seq_acquire).  A lookup
+ * that finds the struct dead or holding another id reports -ENOENT: the
+ * sequence was removed at some moment between the map read and the
+ * check.
  *
- * A removed struct is reused at once by its freeing thread (seqslab.c's
- * stash: nobody but lockers checking `dead` reads a dead struct), and by
- * other threads only through the free list after a grace period
- * (seqmem_retire), whose pops run inside read-side sections
- * (seqmem_pop), which rules out ABA.
+ * A removed struct is reused at once by its freeing thread (its stash:
+ * nobody but lockers checking `dead` reads a dead struct), and by other
+ * threads only through the free list after a grace period (retire),
+ * whose pops run inside read-side sections (free_pop), which rules out
+ * ABA.
  *
  * Returning slabs.  Type-stability holds only while a slab lives, so a
  * slab goes back to the allocator only when no one can still hold a
@@ -40,16 +47,16 @@
  *    read-side sections, and no later pop can reach a detached struct);
  *  - a lookup-cache entry is used only between its owner's reader marks
  *    (seqmem_reader_enter, _exit: `busy` 1, then 0) and only if its
- *    epoch is current (seqslab.c's seq_cache_hit).  reclaim_finish first
- *    waits for every thread's busy to clear behind a membarrier
- *    (seqmem_readers_wait): a Dekker pair (owner: store busy, load the
+ *    epoch is current (seq_cache_hit).  reclaim_finish first waits
+ *    for every thread's busy to clear behind a membarrier
+ *    (readers_wait): a Dekker pair (owner: store busy, load the
  *    epoch; reclaimer: store the epoch, fence, load busy), as tcache.c's
  *    drains, so an owner either saw the bump and rejects its older
  *    entries, or is waited for.  The hot path pays two stores to
  *    its own line and a compiler barrier, not a read-side section.  An
  *    entry is stamped with the epoch read before its struct was seen
  *    alive (seq_acquire) or while it is locked and alive
- *    (seq_cache_note); a struct of the chain is dead from before the
+ *    (seqmem_note); a struct of the chain is dead from before the
  *    detach until it is pushed back, so an entry stamped after the bump
  *    never names a struct the reclaim frees.
  * So reclaim_finish owns the chain.  It counts its structs per slab; a
@@ -74,8 +81,9 @@
  * churn from paying that more than once a second.  A lookup-cache hit
  * marks busy and reads the epoch (a line written once per reclaim); the
  * rest runs in callbacks and in kvp_thread_flush.  The destruction waits
- * for queued reclaims (seqmem_quiesce).
+ * for queued reclaims (quiesce).
  */
+#include <errno.h>
 #include <pthread.h>
 #include <sched.h>
 #include <string.h>
@@ -85,8 +93,71 @@
 #include "manager.h"
 #include "mgrstat.h"
 #include "rcu.h"
+#include "registry.h"
 #include "seqmem.h"
+#include "seqmap.h"
 #include "tcache.h"
+
+/* A slab of sequence structs (seqmem.h's KVP_SEQ_SLAB). */
+struct seq_slab {
+	struct kvp_seq seqs[KVP_SEQ_SLAB];
+	/* The manager's slab list: set by the pusher before the push;
+	 * afterwards written (a slab unlinked) only by the reclaimer, and
+	 * read by it and by the destruction, after the last reclaim. */
+	struct seq_slab *next;
+	/* Reclaimer only (reclaim_finish): the structs of the
+	 * slab counted on the detached free list, and the slabs counted. */
+	struct seq_slab *counted_next;
+	uint32_t nidle;
+};
+
+/* ---- the lookup cache's readers (see "Returning slabs") ------------ */
+
+/* Every thread's lookup-cache reader (readers_wait). */
+static pthread_mutex_t readers_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct seqmem_reader *readers; /* readers_lock */
+
+static void reader_add(struct seqmem_reader *r)
+{
+	kvp_check_pthread(pthread_mutex_lock(&readers_lock));
+	r->next = readers;
+	if (r->next)
+		r->next->pprev = &r->next;
+	r->pprev = &readers;
+	readers = r;
+	kvp_check_pthread(pthread_mutex_unlock(&readers_lock));
+}
+
+static void reader_del(struct seqmem_reader *r)
+{
+	kvp_check_pthread(pthread_mutex_lock(&readers_lock));
+	if (r->next)
+		r->next->pprev = r->pprev;
+	*r->pprev = r->next;
+	kvp_check_pthread(pthread_mutex_unlock(&readers_lock));
+}
+
+/*
+ * Waits until no thread uses a lookup-cache entry it checked against an
+ * epoch older than the current one (see "Returning slabs").  The
+ * caller bumped the epoch before; the fence (membarrier, as a drain's
+ * in tcache.c) orders that store before our loads of `busy` as if each
+ * owner had fenced between its store of busy and its load of the epoch.
+ * Not a hot path: a reclaim's callback.
+ */
+static void readers_wait(void)
+{
+	tcache_fence_all();
+	kvp_check_pthread(pthread_mutex_lock(&readers_lock));
+	for (struct seqmem_reader *r = readers; r; r = r->next)
+		/* Acquire: pairs with seqmem_reader_exit()'s release (the
+		 * owner's use of the struct happens before our free). */
+		while (atomic_load_explicit(&r->busy, memory_order_acquire))
+			sched_yield();
+	kvp_check_pthread(pthread_mutex_unlock(&readers_lock));
+}
+
+/* ---- slabs and the free list --------------------------------------- */
 
 /* Puts a chain of structs, first..last linked through `link`, on the
  * free list with one CAS; only the last one's link is written. */
@@ -109,8 +180,8 @@ static void seq_free_push(struct kvp_manager *m, struct kvp_seq *first,
  * A new slab of dead, unpublished structs for m, on m's slab list (freed
  * with m), or NULL.  Cache-line aligned, so that sequences of different
  * threads never share a line.  The caller hands out its structs
- * (seqslab.c's seq_take: the first now, the others from this thread's
- * stash for m).
+ * (seq_new: the first now, the others from this thread's fresh slab
+ * for m).
  */
 static struct seq_slab *slab_new(struct kvp_manager *m)
 {
@@ -142,6 +213,31 @@ static struct seq_slab *slab_new(struct kvp_manager *m)
 	return slab;
 }
 
+/*
+ * Pops run inside an RCU read-side section: a struct returns to the free
+ * list only through call_rcu (or a reclaim's push-back, a grace period
+ * after its detach), after every section that might have read it as the
+ * head ends, so the CAS cannot suffer ABA.
+ */
+static struct kvp_seq *free_pop(struct kvp_manager *m)
+{
+	struct kvp_seq *s, *next;
+
+	kvp_rcu_read_lock();
+	/* Acquire: pairs with seq_free_push()'s release. */
+	s = atomic_load_explicit(&m->mem.free_seqs, memory_order_acquire);
+	while (s) {
+		/* Relaxed: if s was popped meanwhile, the CAS fails. */
+		next = atomic_load_explicit(&s->link, memory_order_relaxed);
+		if (atomic_compare_exchange_weak_explicit(
+			    &m->mem.free_seqs, &s, next, memory_order_acquire,
+			    memory_order_acquire))
+			break;
+	}
+	kvp_rcu_read_unlock();
+	return s;
+}
+
 /* ---- returning slabs (see "Returning slabs" above) ----------------- */
 
 #define KVP_RECLAIM_KEEP 64u /* slabs kept without a reclaim (512 KiB) */
@@ -150,7 +246,6 @@ static struct seq_slab *slab_new(struct kvp_manager *m)
 
 static uint64_t coarse_now_ns(void);
 static void reclaim_finish(struct rcu_head *head);
-static void seqmem_readers_wait(void);
 static bool retire_flush(struct kvp_manager *m, void (*fn)(struct rcu_head *));
 static void seq_recycle_asked(struct rcu_head *head);
 
@@ -198,7 +293,7 @@ static bool reclaim_start(struct kvp_manager *m)
 		return false;
 	m->mem.reclaim_chain = chain;
 	/* A new process-unique epoch.  Seq_cst: after the detach, before
-	 * seqmem_readers_wait()'s fence (the Dekker pair with readers). */
+	 * readers_wait()'s fence (the Dekker pair with readers). */
 	atomic_store_explicit(&m->mem.epoch, kvp_next_uid(),
 			      memory_order_seq_cst);
 	kvp_rcu_call(&m->mem.reclaim_rcu, reclaim_finish);
@@ -211,7 +306,7 @@ static void reclaim_try(struct kvp_manager *m)
 {
 	uint32_t idle = 0;
 
-	/* Acquire: pairs with seqslab_dying()'s release. */
+	/* Acquire: pairs with seqmem_close()'s release. */
 	if (atomic_load_explicit(&m->mem.closing, memory_order_acquire) ||
 	    !reclaim_due(m))
 		return;
@@ -334,7 +429,7 @@ static void reclaim_finish(struct rcu_head *head)
 	uint32_t freed;
 
 	kvp_rcu_reclaim_head(head);
-	seqmem_readers_wait();
+	readers_wait();
 	chain = m->mem.reclaim_chain;
 	counted = slabs_count(chain);
 	chain_keep(m, chain);
@@ -357,7 +452,7 @@ static void reclaim_finish(struct rcu_head *head)
 	kvp_rcu_callback_done();
 	/* Relaxed: set by a reclaim_try() of an earlier callback (liburcu's
 	 * worker runs them one at a time).  Acquire: pairs with
-	 * seqslab_dying()'s release. */
+	 * seqmem_close()'s release. */
 	if (atomic_exchange_explicit(&m->mem.again, false,
 				     memory_order_relaxed) &&
 	    !atomic_load_explicit(&m->mem.closing, memory_order_acquire) &&
@@ -380,7 +475,7 @@ static void reclaim_kick(struct rcu_head *head)
 	atomic_store_explicit(&m->mem.asked, true, memory_order_relaxed);
 	reclaim_try(m);
 	kvp_rcu_callback_done();
-	/* Release: pairs with seqmem_quiesce()'s acquire. */
+	/* Release: pairs with quiesce()'s acquire. */
 	atomic_store_explicit(&m->mem.kicking, 0, memory_order_release);
 }
 
@@ -389,7 +484,7 @@ static void reclaim_kick(struct rcu_head *head)
  * the free list (by their callback, or by a kick if there were none).
  * `asked` is set only there: a batch retired earlier, recycled after
  * this call, must not start the asked reclaim before ours arrive. */
-void seqmem_ask(struct kvp_manager *m)
+static void ask(struct kvp_manager *m)
 {
 	uint32_t idle = 0;
 
@@ -401,6 +496,8 @@ void seqmem_ask(struct kvp_manager *m)
 						    memory_order_relaxed))
 		kvp_rcu_call(&m->mem.kick_rcu, reclaim_kick);
 }
+
+/* ---- the retire list and recycling -------------------------------- */
 
 /* A batch of removed (or never published) structs, chained through
  * `link`, becomes reusable: one splice onto the free list.  asked: the
@@ -444,7 +541,7 @@ static void seq_recycle_asked(struct rcu_head *head)
  * was waiting. */
 static bool retire_flush(struct kvp_manager *m, void (*fn)(struct rcu_head *))
 {
-	/* Acquire: pairs with the release pushes of seqmem_retire(). */
+	/* Acquire: pairs with the release pushes of retire(). */
 	struct kvp_seq *batch = atomic_exchange_explicit(
 		&m->mem.retired, NULL, memory_order_acquire);
 
@@ -453,7 +550,7 @@ static bool retire_flush(struct kvp_manager *m, void (*fn)(struct rcu_head *))
 	return batch != NULL;
 }
 
-void seqmem_flush(struct kvp_manager *m)
+static void retire_all(struct kvp_manager *m)
 {
 	(void)retire_flush(m, seq_recycle);
 }
@@ -492,12 +589,12 @@ static void retire_paced(struct kvp_manager *m, uint32_t now_n)
 		return;
 	atomic_store_explicit(&m->mem.flushed_n, now_n, memory_order_relaxed);
 	atomic_store_explicit(&m->mem.flushed_ns, now, memory_order_relaxed);
-	seqmem_flush(m);
+	retire_all(m);
 }
 
 /*
  * Before m grows a slab: structs retired since the last flush (stashes
- * handed back never flush: see seqmem_retire) are flushed, as paced, so
+ * handed back never flush: see retire) are flushed, as paced, so
  * that they come back through the free list instead of waiting for m's
  * destruction while new slabs pile up.
  */
@@ -514,7 +611,7 @@ static void retire_kick(struct kvp_manager *m)
 /*
  * Hands a chain of n dead structs, first..last linked through `link`, back
  * for reuse after a grace period (only the way to other threads needs one:
- * the free list's pops rely on it, see seqmem_pop).  Structs gather on the
+ * the free list's pops rely on it, see free_pop).  Structs gather on the
  * retire list (a push-only stack: pushing is ABA-safe) and are handed to
  * call_rcu as one batch; the grace period starts at the call_rcu, after
  * every struct of the batch was retired, so it covers all of them.
@@ -531,7 +628,7 @@ static void retire_kick(struct kvp_manager *m)
  * has the membarrier counts).  The price is memory: structs wait up to 50
  * ms (or until KVP_RETIRE_MAX wait) instead of one grace period.
  */
-void seqmem_retire(struct kvp_manager *m, struct kvp_seq *first,
+static void retire(struct kvp_manager *m, struct kvp_seq *first,
 		   struct kvp_seq *last, uint32_t n, bool may_flush)
 {
 	struct kvp_seq *top;
@@ -554,108 +651,387 @@ void seqmem_retire(struct kvp_manager *m, struct kvp_seq *first,
 	retire_paced(m, now_n);
 }
 
-
-/* Every thread's lookup-cache reader (seqmem_readers_wait). */
-static pthread_mutex_t readers_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct seqmem_reader *readers; /* readers_lock */
-
-void seqmem_reader_add(struct seqmem_reader *r)
-{
-	kvp_check_pthread(pthread_mutex_lock(&readers_lock));
-	r->next = readers;
-	if (r->next)
-		r->next->pprev = &r->next;
-	r->pprev = &readers;
-	readers = r;
-	kvp_check_pthread(pthread_mutex_unlock(&readers_lock));
-}
-
-void seqmem_reader_del(struct seqmem_reader *r)
-{
-	kvp_check_pthread(pthread_mutex_lock(&readers_lock));
-	if (r->next)
-		r->next->pprev = r->pprev;
-	*r->pprev = r->next;
-	kvp_check_pthread(pthread_mutex_unlock(&readers_lock));
-}
+/* ---- each thread's stashes and lookup cache ------------------------- */
 
 /*
- * Waits until no thread uses a lookup-cache entry it checked against an
- * epoch older than the current one (see "Returning slabs").  The
- * caller bumped the epoch before; the fence (membarrier, as a drain's
- * in tcache.c) orders that store before our loads of `busy` as if each
- * owner had fenced between its store of busy and its load of the epoch.
- * Not a hot path: a reclaim's callback.
+ * Per-thread state: one heap block per thread, made on first use and
+ * freed at thread exit (the library's TLS stays a few words: it may be
+ * loaded with dlopen).
+ *
+ * The lookup cache: id -> struct, direct-mapped, keyed by the manager's
+ * epoch (process-unique, redrawn by each reclaim), so an entry of another
+ * manager, of a destroyed one, or older than the last reclaim never
+ * matches.  A hit is confirmed under the struct's lock (not dead, same
+ * id) between the owner's reader marks: a stale entry is only a miss.
+ *
+ * The stashes: a struct freed by a thread is taken again by that
+ * thread's next create or fork, hot and with no atomic and no grace
+ * period.  A thread keeps one stash for each of up to KVP_STASHES
+ * managers (direct-mapped by uid) of at most KVP_STASH_MAX structs;
+ * beyond that, half goes to the manager's retire list.  A stash is handed
+ * back when its slot is needed for another manager and at thread exit,
+ * under the registry lock and only if its manager is still registered
+ * and not dying (registry_lock_live); a destroyed manager's stashed
+ * structs went with its slabs and are only forgotten.
  */
-static void seqmem_readers_wait(void)
+#define SEQ_CACHE_SLOTS 1024
+struct seq_cache_entry {
+	uint64_t epoch; /* its manager's epoch when s was alive */
+	uint64_t id;
+	struct kvp_seq *s;
+};
+#define KVP_STASHES 4
+#define KVP_STASH_MAX 64u
+struct seq_stash {
+	uint64_t muid; /* 0: empty */
+	uint64_t leaves; /* registry_leaves() when m was set */
+	struct kvp_manager *m;
+	struct kvp_seq *head, *tail; /* linked through `link` */
+	uint32_t n;
+	/* The thread's slab of never-used structs for m, and its next one:
+	 * handed back with the stash, so that a thread that serves several
+	 * managers never abandons a slab's unused structs. */
+	struct seq_slab *fresh;
+	uint32_t fresh_next;
+};
+struct seq_thread {
+	/* Marks its use of a lookup-cache entry (seq_cache_hit). */
+	struct seqmem_reader reader;
+	struct seq_cache_entry cache[SEQ_CACHE_SLOTS];
+	struct seq_stash stashes[KVP_STASHES];
+};
+static KVP_TLS struct seq_thread *seq_thr; /* owner thread */
+static pthread_key_t seq_thr_key;
+static pthread_once_t seq_thr_once = PTHREAD_ONCE_INIT;
+
+static void stash_return(struct seq_stash *st, bool flush);
+
+/* Thread exit: the stashes go back to their managers. */
+static void seq_thread_exit(void *arg)
 {
-	tcache_fence_all();
-	kvp_check_pthread(pthread_mutex_lock(&readers_lock));
-	for (struct seqmem_reader *r = readers; r; r = r->next)
-		/* Acquire: pairs with seqmem_reader_exit()'s release (the
-		 * owner's use of the struct happens before our free). */
-		while (atomic_load_explicit(&r->busy, memory_order_acquire))
-			sched_yield();
-	kvp_check_pthread(pthread_mutex_unlock(&readers_lock));
+	struct seq_thread *th = arg;
+
+	for (int i = 0; i < KVP_STASHES; i++)
+		stash_return(&th->stashes[i], false);
+	reader_del(&th->reader);
+	kvp_free(th, sizeof(*th));
+	seq_thr = NULL;
 }
 
-/*
- * Pops run inside an RCU read-side section: a struct returns to the free
- * list only through call_rcu (or a reclaim's push-back, a grace period
- * after its detach), after every section that might have read it as the
- * head ends, so the CAS cannot suffer ABA.
- */
-struct kvp_seq *seqmem_pop(struct kvp_manager *m)
+static void seq_thr_key_create(void)
 {
-	struct kvp_seq *s, *next;
+	kvp_check_pthread(pthread_key_create(&seq_thr_key, seq_thread_exit));
+}
 
-	kvp_rcu_read_lock();
-	/* Acquire: pairs with seq_free_push()'s release. */
-	s = atomic_load_explicit(&m->mem.free_seqs, memory_order_acquire);
-	while (s) {
-		/* Relaxed: if s was popped meanwhile, the CAS fails. */
-		next = atomic_load_explicit(&s->link, memory_order_relaxed);
-		if (atomic_compare_exchange_weak_explicit(
-			    &m->mem.free_seqs, &s, next, memory_order_acquire,
-			    memory_order_acquire))
-			break;
+/* Makes this thread's state; NULL if out of memory (then every lookup goes
+ * to the map and every free to the retire list). */
+static __attribute__((noinline)) struct seq_thread *seq_thread_new(void)
+{
+	struct seq_thread *th;
+
+	kvp_check_pthread(pthread_once(&seq_thr_once, seq_thr_key_create));
+	th = kvp_calloc(1, sizeof(*th));
+	if (!th)
+		return NULL;
+	if (pthread_setspecific(seq_thr_key, th) != 0) {
+		kvp_free(th, sizeof(*th));
+		return NULL;
 	}
+	reader_add(&th->reader);
+	seq_thr = th;
+	return th;
+}
+
+/* This thread's state, or NULL (see seq_thread_new). */
+static inline struct seq_thread *seq_thread(void)
+{
+	return likely(seq_thr) ? seq_thr : seq_thread_new();
+}
+
+static struct seq_cache_entry *seq_cache_slot(uint64_t id)
+{
+	struct seq_thread *th = seq_thread();
+
+	if (unlikely(!th))
+		return NULL;
+	return &th->cache[(id ^ (id >> 10) ^ (id >> 20)) &
+			  (SEQ_CACHE_SLOTS - 1)];
+}
+
+/* Pushes the dead struct s on st's list (no limit: see seqmem_give). */
+static void stash_push(struct seq_stash *st, struct kvp_seq *s)
+{
+	/* Relaxed: the stash is ours alone. */
+	atomic_store_explicit(&s->link, st->head, memory_order_relaxed);
+	if (!st->head)
+		st->tail = s;
+	st->head = s;
+	st->n++;
+}
+
+/* Adds the unused structs of st's fresh slab to its list (dead and never
+ * published, as the stashed ones).  Its manager is alive. */
+static void stash_add_fresh(struct seq_stash *st)
+{
+	for (uint32_t i = KVP_SEQ_SLAB; st->fresh && i-- > st->fresh_next;)
+		stash_push(st, &st->fresh->seqs[i]);
+}
+
+/* Empties st, handing its structs back to its manager if it is alive;
+ * with flush (kvp_thread_flush), the manager's retired structs go to
+ * call_rcu and a reclaim is asked for after them. */
+static void stash_return(struct seq_stash *st, bool flush)
+{
+	if (st->n || (st->fresh && st->fresh_next < KVP_SEQ_SLAB) ||
+	    (flush && st->muid)) {
+		/* Only a live manager's structs are touched: a destroyed
+		 * manager's went with its slabs. */
+		if (registry_lock_live(st->m, st->muid, st->leaves)) {
+			stash_add_fresh(st);
+			/* The tail kept, not found by a walk down the list:
+			 * its structs are cold by now, each link a miss. */
+			if (st->n)
+				retire(st->m, st->head, st->tail, st->n,
+				       false);
+			if (flush)
+				ask(st->m);
+		}
+		registry_unlock();
+	}
+	*st = (struct seq_stash){0};
+}
+
+/* This thread's stash for m (emptied first if it held another's), or
+ * NULL if out of memory. */
+static struct seq_stash *stash_for(struct kvp_manager *m)
+{
+	struct seq_thread *th = seq_thread();
+	struct seq_stash *st;
+
+	if (unlikely(!th))
+		return NULL;
+	st = &th->stashes[m->uid % KVP_STASHES];
+	if (likely(st->muid == m->uid))
+		return st;
+	stash_return(st, false);
+	st->muid = m->uid;
+	st->m = m;
+	st->leaves = registry_leaves();
+	return st;
+}
+
+/* ---- the door ------------------------------------------------------ */
+
+/* Into this thread's stash; half a full stash goes to the retire list. */
+void seqmem_give(struct kvp_seq *s)
+{
+	struct seq_stash *st = stash_for(s->mgr);
+
+	if (unlikely(!st)) {
+		retire(s->mgr, s, s, 1, true);
+		return;
+	}
+	stash_push(st, s);
+	if (st->n > KVP_STASH_MAX) {
+		struct kvp_seq *first = st->head, *last = first;
+
+		for (uint32_t i = 1; i < KVP_STASH_MAX / 2; i++)
+			last = atomic_load_explicit(&last->link,
+						    memory_order_relaxed);
+		st->head = atomic_load_explicit(&last->link,
+						memory_order_relaxed);
+		st->n -= KVP_STASH_MAX / 2;
+		retire(s->mgr, first, last, KVP_STASH_MAX / 2, true);
+	}
+}
+
+/* A struct from this thread's stash for m, or NULL. */
+static struct kvp_seq *stash_take(struct kvp_manager *m)
+{
+	struct seq_stash *st;
+	struct kvp_seq *s;
+
+	if (unlikely(!seq_thr))
+		return NULL;
+	st = &seq_thr->stashes[m->uid % KVP_STASHES];
+	if (st->muid != m->uid || !st->head)
+		return NULL;
+	s = st->head;
+	st->head = atomic_load_explicit(&s->link, memory_order_relaxed);
+	if (!--st->n)
+		st->tail = NULL;
+	return s;
+}
+
+/* A never-used struct of this thread's fresh slab for m, or NULL. */
+static struct kvp_seq *fresh_take(struct kvp_manager *m)
+{
+	struct seq_stash *st;
+
+	if (unlikely(!seq_thr))
+		return NULL;
+	st = &seq_thr->stashes[m->uid % KVP_STASHES];
+	if (st->muid != m->uid || !st->fresh ||
+	    st->fresh_next >= KVP_SEQ_SLAB)
+		return NULL;
+	return &st->fresh->seqs[st->fresh_next++];
+}
+
+/* A struct of a new slab for m; the others become this thread's fresh
+ * slab for m.  NULL if out of memory.  Structs retired since the last
+ * flush go to call_rcu first, as paced (retire_kick). */
+static struct kvp_seq *seq_new(struct kvp_manager *m)
+{
+	struct seq_slab *slab;
+	struct seq_stash *st;
+
+	retire_kick(m);
+	slab = slab_new(m);
+	if (!slab)
+		return NULL;
+	/* Without thread state the others wait, unused, for m's
+	 * destruction (only after a failed allocation). */
+	st = stash_for(m);
+	if (st) {
+		st->fresh = slab;
+		st->fresh_next = 1;
+	}
+	return &slab->seqs[0];
+}
+
+struct kvp_seq *seqmem_take(struct kvp_manager *m)
+{
+	struct kvp_seq *s;
+
+	/* This thread's last freed structs first (hot), then fresh ones
+	 * from its own slab: sequences of different threads then sit apart,
+	 * as separate allocations did. */
+	s = stash_take(m);
+	if (s)
+		return s;
+	s = fresh_take(m);
+	if (s)
+		return s;
+	s = free_pop(m);
+	if (s)
+		return s;
+	return seq_new(m);
+}
+
+/* Locks s if it holds live sequence id; false (unlocked) otherwise. */
+static bool seq_lock_live(struct kvp_seq *s, uint64_t id)
+{
+	seq_lock(s);
+	/* Acquire: a struct brought to life unlocked (seq_bring_alive). */
+	if (!atomic_load_explicit(&s->dead, memory_order_acquire) &&
+	    s->id == id)
+		return true;
+	seq_unlock(s);
+	return false;
+}
+
+/* s locked and alive, or the caller's own (dead, not yet alive): either
+ * way no reclaim of s's slab can have bumped the epoch read now. */
+void seqmem_note(struct kvp_manager *m, uint64_t id, struct kvp_seq *s)
+{
+	struct seq_cache_entry *e = seq_cache_slot(id);
+
+	if (e)
+		*e = (struct seq_cache_entry){
+			.epoch = seqmem_epoch(&m->mem), .id = id, .s = s};
+}
+
+/*
+ * A lookup-cache hit needs no read-side section: between the thread's
+ * reader marks, an entry is used only if its epoch is current, and a
+ * reclaim waits for the marks to clear after bumping the epoch
+ * (readers_wait) before it frees anything.  The map's path runs in
+ * a read-side section, and stamps its entry with the epoch read before
+ * the struct was found alive, so an entry is never newer than the life
+ * it records.
+ */
+static struct kvp_seq *seq_cache_hit(struct kvp_manager *m,
+				     struct seq_cache_entry *e, uint64_t id)
+{
+	struct seq_thread *th = seq_thr;
+	struct kvp_seq *s = NULL;
+
+	seqmem_reader_enter(&th->reader);
+	if (e->epoch == seqmem_epoch(&m->mem)) {
+		/* Not m's struct: the entry outlived its slab (a broken
+		 * epoch) and the memory serves something else now. */
+		if (unlikely(e->s->mgr != m))
+			kvp_fatal("a lookup-cache entry outlived its slab");
+		if (seq_lock_live(e->s, id))
+			s = e->s;
+	}
+	seqmem_reader_exit(&th->reader);
+	return s;
+}
+
+void seq_prefetch(struct kvp_manager *m, uint64_t id)
+{
+	struct seq_cache_entry *e = seq_cache_slot(id);
+
+	/* A hint only: the struct may be freed or reused by the time it is
+	 * used, and seq_acquire() checks it then (a prefetch never faults). */
+	if (e && e->epoch == seqmem_epoch(&m->mem) && e->id == id)
+		__builtin_prefetch(e->s, 1, 3);
+}
+
+struct kvp_seq *seq_acquire(struct kvp_manager *m, uint64_t id)
+{
+	struct seq_cache_entry *e = seq_cache_slot(id);
+	struct kvp_seq *s;
+	uint64_t epoch;
+
+	if (e && e->id == id && (s = seq_cache_hit(m, e, id)))
+		return s;
+	kvp_rcu_read_lock();
+	epoch = seqmem_epoch(&m->mem);
+	s = seqmap_lookup(&m->map, id);
+	if (s && !seq_lock_live(s, id))
+		s = NULL;
+	if (s && e)
+		*e = (struct seq_cache_entry){
+			.epoch = epoch, .id = id, .s = s};
 	kvp_rcu_read_unlock();
 	return s;
 }
 
-struct seq_slab *seqmem_grow(struct kvp_manager *m)
+/*
+ * Returns this thread's stashed structs to their managers, asks each of
+ * them for a reclaim after their retired structs' grace period, and
+ * flushes the thread's block caches (tcache.c).  Takes the registry lock
+ * (a manager may be under destruction meanwhile); no grace period is
+ * waited for.
+ */
+KVP_API void kvp_thread_flush(void)
 {
-	retire_kick(m);
-	return slab_new(m);
+	if (seq_thr)
+		for (int i = 0; i < KVP_STASHES; i++)
+			stash_return(&seq_thr->stashes[i], true);
+	tcache_thread_flush();
 }
 
-void seqmem_init(struct seqmem *mem)
+/* ---- a manager's part ---------------------------------------------- */
+
+void seqmem_init(struct kvp_manager *m)
 {
-	atomic_init(&mem->slabs, NULL);
-	atomic_init(&mem->free_seqs, NULL);
-	atomic_init(&mem->retired, NULL);
-	atomic_init(&mem->nretired, 0);
-	atomic_init(&mem->flushed_n, 0);
-	atomic_init(&mem->flushed_ns, 0);
-	atomic_init(&mem->epoch, kvp_next_uid());
-	atomic_init(&mem->nslabs, 0);
-	atomic_init(&mem->slabs_returned, 0);
-	atomic_init(&mem->asked, false);
-	atomic_init(&mem->again, false);
-	atomic_init(&mem->closing, false);
-	atomic_init(&mem->reclaiming, 0);
-	atomic_init(&mem->kicking, 0);
-	atomic_init(&mem->reclaimed_ns, 0);
+	/* m is zeroed: empty lists, no slab, nothing asked or under way. */
+	atomic_init(&m->mem.epoch, kvp_next_uid());
 }
 
 void seqmem_close(struct kvp_manager *m)
 {
+	/* From now on no thread hands stashed structs back to m. */
+	registry_dying(m);
 	/* Release: pairs with reclaim_try()'s acquire. */
 	atomic_store_explicit(&m->mem.closing, true, memory_order_release);
 }
 
-void seqmem_quiesce(struct kvp_manager *m)
+/* Waits (RCU barriers) until no recycling or reclaim of m is queued. */
+static void quiesce(struct kvp_manager *m)
 {
 	/* A recycling callback may have queued a reclaim during the
 	 * barrier, and a reclaim the next one: wait until none is left.
@@ -668,19 +1044,14 @@ void seqmem_quiesce(struct kvp_manager *m)
 	       atomic_load_explicit(&m->mem.kicking, memory_order_acquire));
 }
 
-void seqmem_counts(struct kvp_manager *m, uint64_t *held,
-		   uint64_t *returned)
-{
-	/* Relaxed: statistics. */
-	*held = atomic_load_explicit(&m->mem.nslabs, memory_order_relaxed);
-	*returned = atomic_load_explicit(&m->mem.slabs_returned,
-					 memory_order_relaxed);
-}
-
 void seqmem_fini(struct kvp_manager *m)
 {
 	struct seq_slab *slab, *next;
 
+	/* Every removed struct recycled, and every callback of m done,
+	 * before the slabs go. */
+	retire_all(m);
+	quiesce(m);
 	for (slab = atomic_load_explicit(&m->mem.slabs, memory_order_acquire);
 	     slab; slab = next) {
 		next = slab->next;
@@ -689,4 +1060,13 @@ void seqmem_fini(struct kvp_manager *m)
 		kvp_free_aligned(slab, _Alignof(struct seq_slab),
 				 sizeof(*slab));
 	}
+}
+
+void seqmem_counts(struct kvp_manager *m, uint64_t *held,
+		   uint64_t *returned)
+{
+	/* Relaxed: statistics. */
+	*held = atomic_load_explicit(&m->mem.nslabs, memory_order_relaxed);
+	*returned = atomic_load_explicit(&m->mem.slabs_returned,
+					 memory_order_relaxed);
 }

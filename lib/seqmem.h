@@ -1,19 +1,25 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * seqmem.h - the memory of sequence structs: their layout, slabs, the
- * free and retire lists, recycling through RCU, and the reclaims that
- * give whole slabs back (floor 6, doc/architecture.md "Layers":
- * seqmem.c, over btable.c, mgrstat.c, tcache.c, rcu.c and alloc.c).
+ * seqmem.h - the memory of sequence structs, one room with a narrow door
+ * (floor 7, doc/architecture.md "Layers": seqmem.c, over btable.c,
+ * mgrstat.c, tcache.c, seqmap.c, registry.c, rcu.c and alloc.c).
+ *
+ * The door.  The sequence layer asks for a struct (seqmem_take), gives
+ * one back (seqmem_give), finds one by id (seq_acquire, seq_prefetch,
+ * seqmem_note), and asks for reclaims (kvp_thread_flush); the manager
+ * makes and ends a manager's part (seqmem_init, seqmem_close,
+ * seqmem_fini).  Slabs,
+ * stashes, the retire and free lists, the lookup cache and the reclaims
+ * stay behind it, in seqmem.c.
  *
  * Owns struct kvp_seq (whose fields the sequence files above read and
- * write under its lock), struct seq_slab, struct seqmem (a manager's
- * slabs and lists) and struct seqmem_reader (a thread's lookup-cache
- * mark).
+ * write under its lock) and struct seqmem (a manager's slabs and lists).
  *
- * Synchronisation: seqmem_pop, seqmem_grow, seqmem_retire and seqmem_ask
- * may run at once in any threads (not inside a read-side section); a
- * struct is locked with seq_lock().  seqmem_quiesce and seqmem_fini need
- * every other thread done with the manager.
+ * Synchronisation: seqmem_take, seqmem_give, seqmem_note, seq_acquire,
+ * seq_prefetch and kvp_thread_flush may run at once in any threads (not
+ * inside a read-side section); a struct is locked with seq_lock().
+ * seqmem_close takes the registry lock itself; seqmem_fini needs every
+ * other thread done with the manager.
  */
 #ifndef KVP_SEQMEM_H
 #define KVP_SEQMEM_H
@@ -87,31 +93,22 @@ struct kvp_seq {
 	struct seq_slab *slab; /* immutable: the slab it belongs to */
 	/* The next struct on the manager's retire list, in the batch handed
 	 * to call_rcu, on its free list, or on a thread's stash: a struct is
-	 * on one of them at a time.  Synchronization: see seqmem_retire(),
-	 * seq_take() and seq_release(). */
+	 * on one of them at a time.  Synchronization: see seqmem.c's
+	 * retire(), seqmem_take() and seqmem_give(). */
 	_Atomic(struct kvp_seq *) link;
 	struct rcu_head rcu;
 };
 
-/* Sequence structs come in cache-aligned slabs, returned once every struct
- * of one rests on the free list (seqslab.c) or freed with the manager. */
+/* Sequence structs come in cache-aligned slabs of KVP_SEQ_SLAB (seqmem.c),
+ * each returned once every struct of it rests on the free list, or freed
+ * with the manager. */
 _Static_assert(sizeof(struct kvp_seq) % (2 * KVP_CACHELINE) == 0,
 	       "a sequence occupies whole pairs of cache lines");
 _Static_assert(offsetof(struct kvp_seq, table) + BTABLE_HOT_BYTES <=
 		       KVP_CACHELINE,
 	       "an append's fields share the struct's first line");
 #define KVP_SEQ_SLAB 32
-struct seq_slab {
-	struct kvp_seq seqs[KVP_SEQ_SLAB];
-	/* The manager's slab list: set by the pusher before the push;
-	 * afterwards written (a slab unlinked) only by the reclaimer, and
-	 * read by it and by the destruction, after the last reclaim. */
-	struct seq_slab *next;
-	/* Reclaimer only (seqmem.c's reclaim_finish): the structs of the
-	 * slab counted on the detached free list, and the slabs counted. */
-	struct seq_slab *counted_next;
-	uint32_t nidle;
-};
+struct seq_slab;
 
 /* A manager's sequence structs: slabs, free and retire lists, reclaims. */
 struct seqmem {
@@ -123,7 +120,7 @@ struct seqmem {
 	 * comes back only after a grace period). */
 	kvp_cacheline_aligned _Atomic(struct kvp_seq *) free_seqs;
 	/* Removed structs waiting for a batch grace period: push-only (CAS),
-	 * detached whole (exchange) by seqmem_retire(), at most once per
+	 * pushed by retire(), detached whole (exchange), at most once per
 	 * KVP_RETIRE_PERIOD_NS unless KVP_RETIRE_MAX are waiting.
 	 * flushed_n and flushed_ns: nretired and the monotonic clock at the
 	 * last detach (relaxed: they only pace the detaches). */
@@ -194,10 +191,10 @@ static inline void seq_unlock(struct kvp_seq *s)
 }
 
 /*
- * A thread's mark while it uses a lookup-cache entry (seqslab.c's
+ * A thread's mark while it uses a lookup-cache entry (seqmem.c's
  * seq_cache_hit): reclaims wait for every mark to clear before they free
  * anything (seqmem.c, "Returning slabs").  Embedded in the thread's
- * state, listed with seqmem_reader_add().
+ * state.
  */
 struct seqmem_reader {
 	/* 1 between enter and exit.  Written by its thread, read by
@@ -222,45 +219,56 @@ static inline void seqmem_reader_enter(struct seqmem_reader *r)
 static inline void seqmem_reader_exit(struct seqmem_reader *r)
 {
 	/* Release: the caller's use of a struct before a reclaimer's
-	 * free (pairs with seqmem_readers_wait()'s acquire). */
+	 * free (pairs with seqmem.c's readers_wait). */
 	atomic_store_explicit(&r->busy, 0, memory_order_release);
 }
 
-/* m's reclaim epoch.  Acquire: pairs with reclaim_start()'s store, so
- * that a reader of the new epoch sees the detach before it. */
+/* A manager's reclaim epoch.  Acquire: pairs with the store of seqmem.c's
+ * reclaim_start, so that a reader of the new epoch sees the detach before
+ * it. */
 static inline uint64_t seqmem_epoch(struct seqmem *mem)
 {
 	return atomic_load_explicit(&mem->epoch, memory_order_acquire);
 }
 
-/* Lists and unlists a thread's reader (thread start and exit). */
-void seqmem_reader_add(struct seqmem_reader *r);
-void seqmem_reader_del(struct seqmem_reader *r);
+/*
+ * The door: a struct for a new sequence, and back.
+ */
+/* An unpublished, dead struct of m (this thread's stash, its fresh slab,
+ * m's free list, or a new slab), or NULL if out of memory. */
+struct kvp_seq *seqmem_take(struct kvp_manager *m);
+/* Recycles a dead struct, unpublished or removed from the map (its
+ * references dropped): reused at once by this thread, by others after a
+ * grace period. */
+void seqmem_give(struct kvp_seq *s);
 
-/* A struct popped off m's free list, or NULL. */
-struct kvp_seq *seqmem_pop(struct kvp_manager *m);
-/* A new slab of dead, unpublished structs for m (flushing m's retired
- * structs first, as paced), or NULL if out of memory. */
-struct seq_slab *seqmem_grow(struct kvp_manager *m);
-/* Hands a chain of n dead structs, first..last linked through `link`,
- * back for reuse after a grace period; may_flush false: only waits for
- * the next flush (under the registry lock). */
-void seqmem_retire(struct kvp_manager *m, struct kvp_seq *first,
-		   struct kvp_seq *last, uint32_t n, bool may_flush);
-/* kvp_thread_flush, for a live manager m: retired structs go to call_rcu
- * and a reclaim is asked for once they are on the free list. */
-void seqmem_ask(struct kvp_manager *m);
+/*
+ * Finding a sequence.
+ */
+/* Finds sequence id and returns it locked, or NULL if it is unknown or
+ * being freed.  The caller needs no RCU section: the struct is
+ * type-stable and the lock keeps it alive. */
+struct kvp_seq *seq_acquire(struct kvp_manager *m, uint64_t id);
+/* Remembers s, just published under id, in this thread's lookup cache.
+ * The caller holds s's lock and s is alive, or s is the caller's own
+ * (published dead, not yet brought to life): so it cannot be on its way
+ * back to the system. */
+void seqmem_note(struct kvp_manager *m, uint64_t id, struct kvp_seq *s);
+/* Starts loading the struct of id into the cache if this thread's lookup
+ * cache knows it (no lock, no check: a hint for a later seq_acquire). */
+void seq_prefetch(struct kvp_manager *m, uint64_t id);
 
-/* Manager creation and destruction. */
-void seqmem_init(struct seqmem *mem);
-/* Destruction starts: no reclaim of m starts any more. */
+/*
+ * A manager's part (manager.c).
+ */
+/* m zeroed, before any other call. */
+void seqmem_init(struct kvp_manager *m);
+/* Destruction starts: threads keep their stashed structs of m, and no
+ * reclaim of m starts any more. */
 void seqmem_close(struct kvp_manager *m);
-/* Hands every retired struct of m to one call_rcu. */
-void seqmem_flush(struct kvp_manager *m);
-/* Waits (RCU barriers) until no recycling or reclaim of m is queued. */
-void seqmem_quiesce(struct kvp_manager *m);
-/* Frees every slab (every struct recycled: after seqmem_flush and
- * seqmem_quiesce). */
+/* Destruction, every sequence of m removed: recycles every struct, waits
+ * (RCU barriers) until no recycling or reclaim of m is queued, frees
+ * every slab. */
 void seqmem_fini(struct kvp_manager *m);
 /* Slabs m holds and has returned (kvp_manager_dump). */
 void seqmem_counts(struct kvp_manager *m, uint64_t *held,

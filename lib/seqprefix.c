@@ -4,7 +4,7 @@
  * (hits), kvp_prefix_match (a hit's length, taken by no one),
  * kvp_seq_commit and its forms (retention ranges, STORED events),
  * and the manager-level prefix calls (tick, retention, reset, event sinks)
- * (layer 9, doc/architecture.md "Layers": over seq.c, seqslab.c,
+ * (layer 9, doc/architecture.md "Layers": over seq.c, seqmem.c,
  * btable.c, mgrstat.c and prefix.c).
  *
  * Owns no shared struct: the table, records, evictable lists and events

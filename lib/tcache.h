@@ -132,12 +132,13 @@ extern __attribute__((visibility("hidden"))) bool tcache_membarrier_ok;
  */
 struct tcache *tcache_get_slow(struct tcache_depot *d);
 /* Returns the calling thread's cached blocks and parked references to
- * their pools (kvp_thread_flush, seqslab.c, calls it). */
+ * their pools (kvp_thread_flush, seqmem.c, calls it). */
 void tcache_thread_flush(void);
 /* A full barrier on every CPU that runs a thread of the process
  * (membarrier; a seq_cst fence where it is missing, and then owners
  * fence too: tcache_membarrier_ok).  The drains' fence, for other
- * Dekker pairs of an owner and a rare reader (seqslab.c). */
+ * Dekker pairs of an owner and a rare reader (seqmem.c's lookup-cache
+ * readers). */
 void tcache_fence_all(void);
 
 struct tcache_tls_last {

@@ -48,7 +48,7 @@ static size_t scrape_render(struct scraper *s)
 	int err;
 
 	while ((err = kvp_metrics_format(s->pool, s->mgrs, s->nmgrs, 0, s->buf,
-					 s->cap, &len)) == -ENOSPC) {
+					 s->cap, &len)) == -ENOBUFS) {
 		s->cap = len + 4096;
 		free(s->buf);
 		if (!(s->buf = malloc(s->cap)))

@@ -31,13 +31,15 @@ static struct kvp_manager *mkmgr(struct kvp_pool *p, enum kvp_policy policy,
 	return mkmgr_cfg(&c);
 }
 
-static struct kvp_error_info last_error(void)
+/* The thread's record, which must be of err (-ENOSPC or -ENOBUFS). */
+static struct kvp_error_info last_error(int err)
 {
 	struct kvp_error_info e;
 
 	memset(&e, 0xA5, sizeof(e));
 	ck_assert_int_eq(kvp_last_error(&e), 0);
-	ck_assert_int_eq(e.err, -ENOSPC);
+	ck_assert_int_eq(e.err, err);
+	ck_assert_uint_eq(e.buffer, err == -ENOBUFS);
 	return e;
 }
 
@@ -53,43 +55,43 @@ START_TEST(test_last_error)
 	create_ok(m, 1, 3 * BT);
 	/* Blocks: 6 needed, 5 free. */
 	ck_assert_int_eq(kvp_seq_create(m, 2, 6 * BT), -ENOSPC);
-	e = last_error();
+	e = last_error(-ENOSPC);
 	ck_assert_uint_eq(e.buffer, 0);
 	ck_assert_uint_eq(e.requested, 6);
 	ck_assert_uint_eq(e.available, 5);
 	/* More than the pool has at all. */
 	ck_assert_int_eq(kvp_seq_create(m, 2, 9 * BT), -ENOSPC);
-	e = last_error();
+	e = last_error(-ENOSPC);
 	ck_assert_uint_eq(e.requested, 9);
 	ck_assert_uint_eq(e.available, 5);
 	/* The pool itself. */
 	ck_assert_int_eq(kvp_pool_alloc(p, 7, ids), -ENOSPC);
-	e = last_error();
+	e = last_error(-ENOSPC);
 	ck_assert_uint_eq(e.requested, 7);
 	ck_assert_uint_eq(e.available, 5);
 	/* An append: 3 blocks held, 6 more needed. */
 	ck_assert_int_eq(kvp_seq_append(m, 1, 6 * BT, NULL, 0, NULL), -ENOSPC);
-	e = last_error();
+	e = last_error(-ENOSPC);
 	ck_assert_uint_eq(e.requested, 6);
 	ck_assert_uint_eq(e.available, 5);
 	/* A buffer too small. */
-	ck_assert_int_eq(kvp_seq_blocks(m, 1, ids, 2, &n), -ENOSPC);
-	e = last_error();
+	ck_assert_int_eq(kvp_seq_blocks(m, 1, ids, 2, &n), -ENOBUFS);
+	e = last_error(-ENOBUFS);
 	ck_assert_uint_eq(e.buffer, 1);
 	ck_assert_uint_eq(e.requested, 3);
 	ck_assert_uint_eq(e.available, 2);
 	/* A copy-on-write with no room for the copy. */
 	create_ok(m, 3, BT / 2);
 	fork_ok(m, 3, 4);
-	ck_assert_int_eq(kvp_seq_append(m, 4, 1, NULL, 0, NULL), -ENOSPC);
-	e = last_error();
+	ck_assert_int_eq(kvp_seq_append(m, 4, 1, NULL, 0, NULL), -ENOBUFS);
+	e = last_error(-ENOBUFS);
 	ck_assert_uint_eq(e.buffer, 1);
 	ck_assert_uint_eq(e.requested, 1);
 	ck_assert_uint_eq(e.available, 0);
 	ck_assert_int_eq(kvp_seq_append(m, 4, 1, cow, 1, NULL), 0);
 	/* Other errors leave the record alone. */
 	ck_assert_int_eq(kvp_seq_free(m, 99), -ENOENT);
-	ck_assert_uint_eq(last_error().requested, 1);
+	ck_assert_uint_eq(last_error(-ENOBUFS).requested, 1);
 	mcheck_ok(m);
 	kvp_manager_destroy(m);
 	kvp_pool_unref(p);
@@ -116,7 +118,7 @@ START_TEST(test_last_error_per_thread)
 	ck_assert_int_eq(pthread_create(&t, NULL, other_thread, &rc), 0);
 	ck_assert_int_eq(pthread_join(t, NULL), 0);
 	ck_assert_int_eq(rc, -ENOENT);
-	ck_assert_uint_eq(last_error().requested, 2);
+	ck_assert_uint_eq(last_error(-ENOSPC).requested, 2);
 	kvp_pool_unref(p);
 }
 END_TEST
@@ -136,7 +138,7 @@ START_TEST(test_empty_pool)
 	ck_assert_uint_eq(st.free, 0);
 	ck_assert_uint_eq(st.cache_blocks, 0);
 	ck_assert_int_eq(kvp_pool_alloc(p, 1, &id), -ENOSPC);
-	ck_assert_uint_eq(last_error().available, 0);
+	ck_assert_uint_eq(last_error(-ENOSPC).available, 0);
 	ck_assert_int_eq(kvp_pool_free(p, &id, 1), -ERANGE);
 	ck_assert_ptr_null(kvp_block_data(d, 0));
 	/* Sequences of 0 tokens work; one token needs a block. */
@@ -380,9 +382,9 @@ START_TEST(test_manager_seqs)
 	create_ok(other, 1000, 1);
 	for (uint64_t s = 0; s < 40; s += 2)
 		free_ok(m, s * 7);
-	ck_assert_int_eq(kvp_manager_seqs(m, ids, 19, &n), -ENOSPC);
+	ck_assert_int_eq(kvp_manager_seqs(m, ids, 19, &n), -ENOBUFS);
 	ck_assert_uint_eq(n, 20);
-	ck_assert_uint_eq(last_error().requested, 20);
+	ck_assert_uint_eq(last_error(-ENOBUFS).requested, 20);
 	ck_assert_int_eq(kvp_manager_seqs(m, ids, ARRAY_SIZE(ids), &n), 0);
 	ck_assert_uint_eq(n, 20);
 	qsort(ids, n, sizeof(*ids), cmp_u64);
@@ -454,7 +456,7 @@ START_TEST(test_reserve)
 	create_ok(m, 1, 5);
 	before = pstats(p);
 	ck_assert_int_eq(kvp_seq_reserve(m, 1, 1025 * BT), -ENOSPC);
-	ck_assert_uint_eq(last_error().requested, 1025);
+	ck_assert_uint_eq(last_error(-ENOSPC).requested, 1025);
 	/* A reservation takes no blocks from the pool. */
 	ck_assert_int_eq(kvp_seq_reserve(m, 1, 800 * BT), 0);
 	after = pstats(p);

@@ -280,8 +280,8 @@ static void finish(struct kvp_manager *m, struct kvp_pool *p)
 
 /* Every value kvpool.h documents as a return value of some function. */
 static const int documented[] = {
-	0,	 -EINVAL,   -ENOSPC,	-ENOMEM, -ENOENT, -EEXIST,
-	-ERANGE, -EALREADY, -EOVERFLOW, -EBUSY,	 -EFAULT, -EIO,
+	0,	 -EINVAL,   -ENOSPC,	-ENOBUFS, -ENOMEM, -ENOENT, -EEXIST,
+	-ERANGE, -EALREADY, -EOVERFLOW, -EBUSY,	  -EFAULT, -EIO,
 };
 
 /* err has a description of its own: not NULL, not empty, not another
@@ -315,6 +315,91 @@ END_TEST
 START_TEST(test_strerror_eio)
 {
 	expect_own_description(-EIO);
+}
+END_TEST
+
+/* The buffer calls return -ENOBUFS, with a text of its own that names
+ * no blocks (it was -ENOSPC, "not enough free blocks"). */
+START_TEST(test_strerror_enobufs)
+{
+	expect_own_description(-ENOBUFS);
+	ck_assert_str_eq(kvp_strerror(-ENOBUFS),
+			 "the caller's buffer is too small");
+	ck_assert_ptr_null(strstr(kvp_strerror(-ENOBUFS), "block"));
+}
+END_TEST
+
+/* kvp_last_error's record of the buffer just refused. */
+static void expect_buffer_error(uint64_t needed, uint64_t cap)
+{
+	struct kvp_error_info e;
+
+	memset(&e, 0xA5, sizeof(e));
+	ck_assert_int_eq(kvp_last_error(&e), 0);
+	ck_assert_int_eq(e.err, -ENOBUFS);
+	ck_assert_uint_eq(e.buffer, 1);
+	ck_assert_uint_eq(e.requested, needed);
+	ck_assert_uint_eq(e.available, cap);
+}
+
+/*
+ * Issue 41's cases: a block table of stride 4 for a 7-block sequence in a
+ * pool with 56 free blocks, a copy-on-write with no room for the copy, a
+ * listing of 2 sequences into 1 slot, a batch whose copies overflow cow:
+ * each is -ENOBUFS with the need and the capacity in kvp_last_error, and
+ * changes nothing.
+ */
+START_TEST(test_buffer_too_small)
+{
+	struct kvp_pool *p = mkpool(63, 0, KVP_POOL_NOCACHE, NULL);
+	struct kvp_manager *m = mkmgr(p);
+	const uint64_t s7 = 7, both[2] = {8, 9};
+	struct kvp_copy cow[1];
+	int32_t table[4] = {-5, -5, -5, -5};
+	uint64_t ids[1] = {12345};
+	uint32_t n = 0, ncow = 0;
+
+	create_ok(m, 7, 7 * BT); /* 7 blocks: 56 free */
+	ck_assert_uint_eq(pstats(p).free, 56);
+	ck_assert_int_eq(kvp_export_block_table(m, &s7, 1, table, 4, -1),
+			 -ENOBUFS);
+	expect_buffer_error(7, 4);
+	ck_assert_int_eq(kvp_export_csr(m, &s7, 1, (int32_t[2]){0},
+					(int32_t[4]){0}, 4, (int32_t[1]){0}),
+			 -ENOBUFS);
+	expect_buffer_error(7, 4);
+	ck_assert_int_eq(kvp_seq_blocks(m, 7, (uint32_t *)table, 4, &n),
+			 -ENOBUFS);
+	ck_assert_uint_eq(n, 7);
+	expect_buffer_error(7, 4);
+	/* A shared, partly filled last block and nowhere to report its
+	 * copy. */
+	create_ok(m, 8, BT / 2);
+	fork_ok(m, 8, 9);
+	fork_ok(m, 8, 11);
+	ck_assert_int_eq(kvp_seq_append(m, 9, 1, NULL, 0, &ncow), -ENOBUFS);
+	ck_assert_uint_eq(ncow, 1);
+	expect_buffer_error(1, 0);
+	ck_assert_uint_eq(info_of(m, 9).num_tokens, BT / 2);
+	/* A batch: 8's copy fills cow, 9 still shares with 11. */
+	ncow = 9;
+	ck_assert_int_eq(kvp_seq_append_batch(m, both, NULL, 2, cow, 1, &ncow),
+			 1);
+	ck_assert_uint_eq(ncow, 1);
+	ck_assert_int_eq(kvp_seq_append_batch(m, both + 1, NULL, 1, cow, 0,
+					      &ncow),
+			 -ENOBUFS);
+	expect_buffer_error(1, 0);
+	ck_assert_uint_eq(info_of(m, 9).num_tokens, BT / 2);
+	/* Four sequences listed into one slot. */
+	ck_assert_int_eq(kvp_manager_seqs(m, ids, 1, &n), -ENOBUFS);
+	ck_assert_uint_eq(n, 4);
+	expect_buffer_error(4, 1);
+	/* Not enough blocks is still -ENOSPC. */
+	ck_assert_uint_eq(pstats(p).free, 54);
+	ck_assert_int_eq(kvp_seq_create(m, 10, 64 * BT), -ENOSPC);
+	ck_assert_uint_eq(pstats(p).free, 54);
+	finish(m, p);
 }
 END_TEST
 
@@ -913,6 +998,60 @@ START_TEST(test_hash_too_many_blocks)
 }
 END_TEST
 
+/*
+ * kvp_hash_blocks_cap: a prompt of 300 blocks into room for 256 (the
+ * README's old h[256] past 4,096 tokens) is -ENOBUFS with out untouched and
+ * the need in kvp_last_error; room for all gives kvp_hash_blocks's
+ * hashes.  Arguments are checked before the capacity.
+ */
+START_TEST(test_hash_blocks_cap)
+{
+	enum { NB = 300, CAP = 256 };
+	static uint32_t tok[NB * BT + 5];
+	static struct kvp_hash out[NB], ref[NB];
+	const struct kvp_hash_keys keys = {"tenant", 6, "lora-a"};
+	int algo;
+	size_t i;
+
+	for (i = 0; i < ARRAY_SIZE(tok); i++)
+		tok[i] = (uint32_t)(i * 2654435761u);
+	for (algo = KVP_HASH_SHA256; algo <= KVP_HASH_SHA256_CBOR; algo++) {
+		memset(out, 0xAB, sizeof(out));
+		ck_assert_int_eq(kvp_hash_blocks_cap(algo, NULL, &keys, tok,
+						     ARRAY_SIZE(tok), BT, out,
+						     CAP),
+				 -ENOBUFS);
+		expect_buffer_error(NB, CAP);
+		ck_assert(all_bytes(out, sizeof(out), 0xAB));
+		ck_assert_int_eq(kvp_hash_blocks(algo, NULL, &keys, tok,
+						 ARRAY_SIZE(tok), BT, ref),
+				 NB);
+		ck_assert_int_eq(kvp_hash_blocks_cap(algo, NULL, &keys, tok,
+						     ARRAY_SIZE(tok), BT, out,
+						     NB),
+				 NB);
+		ck_assert_mem_eq(out, ref, sizeof(out));
+	}
+	/* No room needed, none given. */
+	ck_assert_int_eq(kvp_hash_blocks_cap(KVP_HASH_SHA256, NULL, NULL, tok,
+					     BT - 1, BT, NULL, 0),
+			 0);
+	ck_assert_int_eq(kvp_hash_blocks_cap(KVP_HASH_SHA256, NULL, NULL, tok,
+					     BT, BT, NULL, 0),
+			 -ENOBUFS);
+	expect_buffer_error(1, 0);
+	ck_assert_int_eq(kvp_hash_blocks_cap(KVP_HASH_SHA256, NULL, NULL, tok,
+					     BT, BT, NULL, 1),
+			 -EINVAL);
+	ck_assert_int_eq(kvp_hash_blocks_cap((enum kvp_hash_algo)9, NULL, NULL,
+					     tok, 2 * BT, BT, out, 1),
+			 -EINVAL);
+	ck_assert_int_eq(kvp_hash_blocks_cap(KVP_HASH_SHA256, NULL, NULL, tok,
+					     2 * BT, 0, out, 1),
+			 -EINVAL);
+}
+END_TEST
+
 #if KVP_FAULTS
 /*
  * XXH3 without a seed needs the process's random secret; with getrandom
@@ -958,6 +1097,7 @@ static Suite *errors_suite(void)
 	tc = tcase_create("strerror");
 	tcase_add_test(tc, test_strerror_efault);
 	tcase_add_test(tc, test_strerror_eio);
+	tcase_add_test(tc, test_strerror_enobufs);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("pool");
@@ -992,10 +1132,12 @@ static Suite *errors_suite(void)
 	tcase_set_timeout(tc, 30);
 	tcase_add_test(tc, test_export_csr_eoverflow);
 	tcase_add_test(tc, test_export_csr_missing_outputs);
+	tcase_add_test(tc, test_buffer_too_small);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("hash");
 	tcase_add_test(tc, test_hash_too_many_blocks);
+	tcase_add_test(tc, test_hash_blocks_cap);
 #if KVP_FAULTS
 	tcase_add_test(tc, test_hash_eio_no_randomness);
 #endif

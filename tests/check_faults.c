@@ -369,14 +369,15 @@ static void sc_pools(struct walk *w)
 }
 
 /* Managers, sequences: create (inline and grown tables), append (table
- * growth, more than 64 new blocks, copy-on-write), fork, exports, checks. */
+ * growth, more than 64 new blocks, copy-on-write), fork, fork_n, exports,
+ * checks. */
 static void sc_sequences(struct walk *w)
 {
 	struct kvp_copy cow[1];
 	uint32_t ncow = 0, ev = 0;
 	int32_t table[2 * 200], indptr[3], indices[400], lpl[2];
 	int64_t slots[16];
-	const uint64_t two[2] = {1, 2};
+	const uint64_t two[2] = {1, 2}, three[3] = {4, 5, 3};
 
 	open_pool(w, 400, 0, 0, &layout);
 	open_mgr(w, 0, 0);
@@ -397,6 +398,8 @@ static void sc_sequences(struct walk *w)
 	WANT_RC(w, kvp_export_slot_mapping(w->m[0], 1, 3, 16, slots), 0);
 	WANT_RC(w, kvp_manager_check(w->m[0]), 0);
 	WANT_RC(w, kvp_seq_free(w->m[0], 3), 0);
+	/* Children with grown tables (seq 1 holds over 57 blocks). */
+	WANT_RC(w, kvp_seq_fork_n(w->m[0], 1, three, 3, 0), 0);
 	WANT_RC(w, kvp_evict(w->m[0], NULL), 0);
 }
 

@@ -88,7 +88,7 @@ static void expect_seq_at(struct kvp_manager *m, uint64_t s, uint32_t tokens,
 		      "line %d: seq %llu num_blocks = %u, want %u", line,
 		      ULL(s), in.num_blocks, blocks);
 	rc = kvp_seq_blocks(m, s, NULL, 0, &n);
-	ck_assert_msg(rc == (blocks ? -ENOSPC : 0),
+	ck_assert_msg(rc == (blocks ? -ENOBUFS : 0),
 		      "line %d: kvp_seq_blocks(%llu, NULL, 0) = %d (%s)", line,
 		      ULL(s), rc, kvp_strerror(rc));
 	ck_assert_msg(n == blocks,
@@ -622,13 +622,13 @@ START_TEST(test_seq_blocks_errors)
 	ck_assert_int_eq(kvp_seq_blocks(m, 3, ids, 8, &n), -ENOENT);
 
 	n = 0;
-	ck_assert_int_eq(kvp_seq_blocks(m, 1, ids, 2, &n), -ENOSPC);
+	ck_assert_int_eq(kvp_seq_blocks(m, 1, ids, 2, &n), -ENOBUFS);
 	ck_assert_uint_eq(n, 3);
 	n = 0;
-	ck_assert_int_eq(kvp_seq_blocks(m, 1, ids, 1, &n), -ENOSPC);
+	ck_assert_int_eq(kvp_seq_blocks(m, 1, ids, 1, &n), -ENOBUFS);
 	ck_assert_uint_eq(n, 3);
 	n = 0;
-	ck_assert_int_eq(kvp_seq_blocks(m, 1, NULL, 0, &n), -ENOSPC);
+	ck_assert_int_eq(kvp_seq_blocks(m, 1, NULL, 0, &n), -ENOBUFS);
 	ck_assert_uint_eq(n, 3);
 	n = 0;
 	ck_assert_int_eq(kvp_seq_blocks(m, 1, ids, 3, &n), 0);
@@ -1126,15 +1126,15 @@ START_TEST(test_cow_cap_zero)
 	before = info_ok(m, 2);
 
 	ncow = 0;
-	ck_assert_int_eq(kvp_seq_append(m, 2, 1, NULL, 0, &ncow), -ENOSPC);
+	ck_assert_int_eq(kvp_seq_append(m, 2, 1, NULL, 0, &ncow), -ENOBUFS);
 	ck_assert_uint_eq(ncow, 1);
 	ncow = 0;
-	ck_assert_int_eq(kvp_seq_append(m, 2, 1, cow, 0, &ncow), -ENOSPC);
+	ck_assert_int_eq(kvp_seq_append(m, 2, 1, cow, 0, &ncow), -ENOBUFS);
 	ck_assert_uint_eq(ncow, 1);
-	ck_assert_int_eq(kvp_seq_append(m, 2, 20, NULL, 0, NULL), -ENOSPC);
+	ck_assert_int_eq(kvp_seq_append(m, 2, 20, NULL, 0, NULL), -ENOBUFS);
 	/* The source needs the copy just as much. */
 	ncow = 0;
-	ck_assert_int_eq(kvp_seq_append(m, 1, 1, NULL, 0, &ncow), -ENOSPC);
+	ck_assert_int_eq(kvp_seq_append(m, 1, 1, NULL, 0, &ncow), -ENOBUFS);
 	ck_assert_uint_eq(ncow, 1);
 
 	after = info_ok(m, 2);
@@ -2645,9 +2645,9 @@ START_TEST(test_export_block_table)
 	}
 	/* stride too small for sequence 3 */
 	ck_assert_int_eq(kvp_export_block_table(m, seqs, nseq, table, 3, -1),
-			 -ENOSPC);
+			 -ENOBUFS);
 	ck_assert_int_eq(kvp_export_block_table(m, seqs + 2, 1, table, 0, -1),
-			 -ENOSPC);
+			 -ENOBUFS);
 	mcheck_ok(m);
 	finish(m, p);
 }
@@ -2723,9 +2723,9 @@ START_TEST(test_export_csr)
 		kvp_export_csr(m, seqs, nseq, indptr, indices, 12, lpl), 0);
 	ck_assert_int_eq(indptr[nseq], 9);
 	ck_assert_int_eq(kvp_export_csr(m, seqs, nseq, indptr, indices, 8, lpl),
-			 -ENOSPC);
+			 -ENOBUFS);
 	ck_assert_int_eq(kvp_export_csr(m, seqs, nseq, indptr, indices, 0, lpl),
-			 -ENOSPC);
+			 -ENOBUFS);
 	finish(m, p);
 }
 END_TEST

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * check_metrics.c - kvp_metrics_write / kvp_metrics_format: argument
- * checks that change nothing, the buffer protocol (-ENOSPC with the
+ * checks that change nothing, the buffer protocol (-ENOBUFS with the
  * length), write errors, manager names (strict UTF-8) and ids, the
  * counters the metrics added (commits left uncached, events), escaping,
  * and the block states summing to the pool's size.
@@ -31,7 +31,7 @@ static char *render(struct kvp_pool *p, struct kvp_manager **ms, uint32_t n,
 	char *buf;
 
 	ck_assert_int_eq(kvp_metrics_format(p, ms, n, flags, NULL, 0, &len),
-			 -ENOSPC);
+			 -ENOBUFS);
 	ck_assert_uint_gt(len, 0);
 	buf = malloc(len + 1);
 	ck_assert_ptr_nonnull(buf);
@@ -90,7 +90,7 @@ START_TEST(test_bad_args)
 	ck_assert_mem_eq(&before, &after, sizeof(before));
 	/* No managers at all: the pool's families. */
 	ck_assert_int_eq(kvp_metrics_format(p, NULL, 0, 0, NULL, 0, &len),
-			 -ENOSPC);
+			 -ENOBUFS);
 	kvp_manager_destroy(a);
 	kvp_manager_destroy(b);
 	kvp_manager_destroy(twin);
@@ -113,7 +113,7 @@ START_TEST(test_buffer_protocol)
 	/* A buffer one byte short (no room for the NUL) is too small. */
 	small = malloc(want);
 	ck_assert_int_eq(kvp_metrics_format(p, &m, 1, 0, small, want, &len),
-			 -ENOSPC);
+			 -ENOBUFS);
 	ck_assert_uint_eq(len, want);
 	free(small);
 	/* kvp_metrics_write writes the same text. */

@@ -202,7 +202,7 @@ static int park_blocks(struct kvp_pool *p, uint32_t count, struct errbuf *e)
 /* ------------------------------------------------------------ strerror */
 
 static const int known_errs[] = {
-	0,	 -EINVAL, -ENOSPC,   -ENOMEM,	 -ENOENT,
+	0,	 -EINVAL, -ENOSPC,   -ENOBUFS,	 -ENOMEM, -ENOENT,
 	-EEXIST, -ERANGE, -EALREADY, -EOVERFLOW, -EBUSY,
 };
 

@@ -1522,8 +1522,8 @@ START_TEST(test_cow_cached_block)
 	old = blk(m, 1, 2);
 	ck_assert_int_eq(kvp_seq_truncate(m, 1, 2 * BT + 8), 0);
 	expect_refs(p, old, 1); /* ours alone, but cached */
-	/* No room for the copy: -ENOSPC with *ncow 1, nothing changed. */
-	ck_assert_int_eq(kvp_seq_append(m, 1, 1, NULL, 0, &ncow), -ENOSPC);
+	/* No room for the copy: -ENOBUFS with *ncow 1, nothing changed. */
+	ck_assert_int_eq(kvp_seq_append(m, 1, 1, NULL, 0, &ncow), -ENOBUFS);
 	ck_assert_uint_eq(ncow, 1);
 	ck_assert_uint_eq(blk(m, 1, 2), old);
 	ncow = 99;

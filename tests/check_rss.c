@@ -12,7 +12,7 @@
  * after each free, and prints one CSV row per burst (RSS in MiB, phase
  * times in seconds).  The freed memory comes back through RCU callbacks
  * (a grace period for the freed structs, one for the reclaim of their
- * slabs: seqslab.c), so the check polls for up to CHECK_RSS_WAIT_MS.
+ * slabs: seqmem.c), so the check polls for up to CHECK_RSS_WAIT_MS.
  *
  * It fails if the RSS after a burst exceeds the level before the first
  * one by more than 10% plus CHECK_RSS_SLACK_KB, or if a later burst's

@@ -154,7 +154,7 @@ int main(void)
 		}
 		/* Too small a buffer says so, and how much is needed. */
 		if (kvp_pub_encode(ptr, n, ts, dp, flags, medium, out, 1,
-				   &need) != -ENOSPC)
+				   &need) != -ENOBUFS)
 			die();
 		if (kvp_pub_encode(ptr, n, ts, dp, flags, medium, out,
 				   sizeof(out), &len) != 0 ||

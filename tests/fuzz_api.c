@@ -1066,6 +1066,49 @@ static void op_fork(struct world *w, struct rd *r)
 	do_fork(w, i, s, d);
 }
 
+/*
+ * kvp_seq_fork_n: up to 8 children, mostly ids the manager does not use
+ * and distinct (success), sometimes a repeat or a taken id (-EEXIST),
+ * KVP_FORK_KEEP_SOURCE or a bad flag, n = 0 or NULL dsts (-EINVAL).
+ */
+static void op_fork_n(struct world *w, struct rd *r)
+{
+	int i = mgr_index(r);
+	uint64_t s = seq_id(w, i, r), dsts[8];
+	uint8_t v = u8(r);
+	uint32_t n = v & 0x08 ? v % 8 : 1 + v % 8, flags;
+	const uint64_t *dp = dsts;
+	int rc;
+
+	flags = v & 0x10 ? KVP_FORK_KEEP_SOURCE : 0;
+	if ((v & 0xE0) == 0xE0)
+		flags |= 1u << (u8(r) % 32);
+	for (uint32_t k = 0; k < n; k++) {
+		uint64_t d = fork_dst(w, i, r);
+
+		/* Mostly distinct: the next id of the table not chosen. */
+		for (uint32_t tries = 0; !(v & 0x20) && tries < 32; tries++) {
+			bool dup = false;
+
+			for (uint32_t j = 0; j < k; j++)
+				dup |= dsts[j] == d;
+			if (!dup)
+				break;
+			d = w->ids[(k + tries) % (uint32_t)w->nids];
+		}
+		dsts[k] = d;
+	}
+	if (n && (v & 0xC0) == 0xC0 && (v & 0x07) == 0x07)
+		dp = NULL;
+	rc = kvp_seq_fork_n(w->m[i], s, dp, n, flags);
+	note("kvp_seq_fork_n(m%d, %llu, %u ids, flags %#x) = %d", i,
+	     (unsigned long long)s, n, flags, rc);
+	if (failed_by_fault(w, rc, true, "kvp_seq_fork_n"))
+		return;
+	EXPECT_RC("kvp_seq_fork_n", rc,
+		  model_seq_fork_n(w->mm[i], s, dp, n, flags));
+}
+
 static void op_free(struct world *w, struct rd *r)
 {
 	int i = mgr_index(r);
@@ -1193,7 +1236,7 @@ static void op_query(struct world *w, struct rd *r)
 	     null_n ? "NULL" : "ptr", rc, ln);
 	mrc = model_seq_blocks(w->mm[i], id, null_ids, cap, null_n, mb, &mn);
 	EXPECT_RC("kvp_seq_blocks", rc, mrc);
-	if ((rc == 0 || rc == -ENOSPC) && !null_n)
+	if ((rc == 0 || rc == -ENOBUFS) && !null_n)
 		EXPECT_EQ("kvp_seq_blocks: *n", ln, mn);
 	if (rc == 0)
 		for (uint32_t k = 0; k < ln; k++)
@@ -2251,7 +2294,7 @@ static const op_fn ops[] = {
 	op_fork,	  op_fault,	   op_create_cached, op_commit,
 	op_create_cached, op_commit,	   op_prefix_reset,
 	op_commit_retained, op_commit_retained, op_tick, op_retention,
-	op_append_ex,	  op_control,	   op_prefix_match,
+	op_append_ex,	  op_control,	   op_prefix_match, op_fork_n,
 };
 
 /* The op mix of fork-heavy inputs: forks, fork trees and forks of
@@ -2265,7 +2308,8 @@ static const op_fn fork_ops[] = {
 	op_trim,	op_evict,	op_data,      op_data,
 	op_cached_fork, op_cached_fork, op_commit,    op_create_cached,
 	op_query,	op_export,	op_priority,  op_fault,
-	op_append_ex,	op_control,	op_prefix_match,
+	op_append_ex,	op_control,	op_prefix_match, op_fork_n,
+	op_fork_n,
 };
 
 /*

@@ -759,7 +759,7 @@ int model_seq_append(struct model_mgr *mm, uint64_t id, uint32_t n,
 		cows = 1; /* a cached block is shared with future hits too */
 	if (cows && !cow_cap) {
 		*ncow_out = 1;
-		return -ENOSPC;
+		return -ENOBUFS;
 	}
 	if (grow + cows > allocatable(mp))
 		return -ENOSPC;
@@ -831,6 +831,56 @@ int model_seq_fork(struct model_mgr *mm, uint64_t src, uint64_t dst)
 	d->trimmed = s->trimmed;
 	touch(mm, d);
 	mm->st.forks++;
+	return 0;
+}
+
+/* kvp_seq_fork_n: kvpool.h's order of errors, then n forks of src with
+ * its access moved once (or not, with KVP_FORK_KEEP_SOURCE). */
+int model_seq_fork_n(struct model_mgr *mm, uint64_t src,
+		     const uint64_t *dsts, uint32_t n, uint32_t flags)
+{
+	struct model_pool *mp;
+	struct model_seq *s, *d;
+
+	if (!mm || !dsts || n == 0 || n > KVP_FORK_N_MAX ||
+	    (flags & ~KVP_FORK_KEEP_SOURCE))
+		return -EINVAL;
+	mp = mm->pool;
+	for (uint32_t i = 0; i < n; i++) {
+		if (find(mm, dsts[i]))
+			return -EEXIST;
+		for (uint32_t j = 0; j < i; j++)
+			if (dsts[j] == dsts[i])
+				return -EEXIST;
+	}
+	s = find(mm, src);
+	if (!s)
+		return -ENOENT;
+	for (uint32_t i = 0; i < s->nblocks; i++) {
+		uint32_t b = s->blocks[i], k = 0;
+
+		for (uint32_t j = 0; j < s->nblocks; j++)
+			k += s->blocks[j] == b;
+		if (mp->refs[b] + (uint64_t)k * n > KVP_MAX_REFS)
+			return -EOVERFLOW;
+	}
+	for (uint32_t i = 0; i < s->nblocks; i++)
+		mp->refs[s->blocks[i]] += n;
+	if (!(flags & KVP_FORK_KEEP_SOURCE))
+		touch(mm, s);
+	for (uint32_t i = 0; i < n; i++) {
+		s = find(mm, src);
+		d = seq_add(mm, dsts[i], s->tokens, s->nblocks);
+		/* seq_add may move the array. */
+		s = find(mm, src);
+		memcpy(d->blocks, s->blocks,
+		       (size_t)s->nblocks * sizeof(*d->blocks));
+		d->priority = s->priority;
+		d->committed = s->committed;
+		d->trimmed = s->trimmed;
+		touch(mm, d);
+	}
+	mm->st.forks += n;
 	return 0;
 }
 
@@ -948,7 +998,7 @@ int model_seq_blocks(const struct model_mgr *mm, uint64_t id, bool null_ids,
 		return -ENOENT;
 	*n = s->nblocks;
 	if (s->nblocks > cap)
-		return -ENOSPC;
+		return -ENOBUFS;
 	memcpy(ids, s->blocks, (size_t)s->nblocks * sizeof(*ids));
 	return 0;
 }
@@ -1382,7 +1432,7 @@ int model_seqs(const struct model_mgr *mm, bool null_ids, uint32_t cap,
 		return -EINVAL;
 	*n = mm->nseqs;
 	if (mm->nseqs > cap)
-		return -ENOSPC;
+		return -ENOBUFS;
 	for (uint32_t i = 0; i < mm->nseqs; i++)
 		ids[i] = mm->seqs[i].id;
 	return 0;
@@ -1440,7 +1490,7 @@ int model_export_block_table(const struct model_mgr *mm, const uint64_t *seqs,
 		if (!s)
 			return -ENOENT;
 		if (!null_table && s->nblocks > stride)
-			return -ENOSPC;
+			return -ENOBUFS;
 		if (s->nblocks > longest)
 			longest = s->nblocks;
 	}
@@ -1478,7 +1528,7 @@ int model_export_csr(const struct model_mgr *mm, const uint64_t *seqs,
 			return -ENOENT;
 		total += s->nblocks;
 		if (!null_indices && total > cap)
-			return -ENOSPC;
+			return -ENOBUFS;
 	}
 	if (null_indices)
 		return total > INT32_MAX ? -EOVERFLOW : (int)total;

@@ -152,11 +152,13 @@ int model_seq_create(struct model_mgr *mm, uint64_t id, uint32_t tokens,
 		     const uint32_t *chosen);
 /* *cow_out receives the copy a successful append reports (if *ncow_out
  * is 1); *ncow_out is set where kvpool.h fixes it: on success, and to 1
- * with -ENOSPC when a copy is needed and cow_cap is 0; else left alone. */
+ * with -ENOBUFS when a copy is needed and cow_cap is 0; else left alone. */
 int model_seq_append(struct model_mgr *mm, uint64_t id, uint32_t n,
 		     bool null_cow, uint32_t cow_cap, const uint32_t *chosen,
 		     struct kvp_copy *cow_out, uint32_t *ncow_out);
 int model_seq_fork(struct model_mgr *mm, uint64_t src, uint64_t dst);
+int model_seq_fork_n(struct model_mgr *mm, uint64_t src,
+		     const uint64_t *dsts, uint32_t n, uint32_t flags);
 int model_seq_free(struct model_mgr *mm, uint64_t id);
 int model_seq_truncate(struct model_mgr *mm, uint64_t id, uint32_t tokens);
 int model_seq_stream_trim(struct model_mgr *mm, uint64_t id, uint32_t sink,

@@ -10,7 +10,9 @@
  *     longer than asked);
  *   - a ring_bytes budget bounds the replay ring, and the stats say so;
  *   - an endpoint libzmq does not know fails with an errno strerror can
- *     name.
+ *     name;
+ *   - a buffer too small for kvp_pub_endpoint's address is -ENOBUFS
+ *     (it was -ENOSPC, "not enough free blocks").
  * The stalled event: a producer thread's event whose token array is on a
  * page it cannot read; kvp_pub_event_cb has drawn the event's number when
  * its copy faults, and the SIGSEGV handler holds it there for 1.5 s
@@ -200,11 +202,27 @@ static void bad_endpoint(void)
 	printf("pub_edge: udp:// endpoint: %s\n", strerror(-rc));
 }
 
+static void endpoint_buffer(void)
+{
+	struct kvp_pub *p = pub_new(NULL, 0);
+	char small[4], big[256];
+	int rc = kvp_pub_endpoint(p, 0, small, sizeof(small));
+
+	if (rc != -ENOBUFS)
+		FAIL("kvp_pub_endpoint into 4 bytes: %d (want -ENOBUFS)\n", rc);
+	rc = kvp_pub_endpoint(p, 0, big, sizeof(big));
+	if (rc != 0 || strncmp(big, "tcp://127.0.0.1:", 16) != 0)
+		FAIL("kvp_pub_endpoint: %d, \"%s\"\n", rc, big);
+	kvp_pub_destroy(p);
+	printf("pub_edge: a short endpoint buffer is -ENOBUFS\n");
+}
+
 int main(void)
 {
 	unknown_type();
 	ring_budget();
 	bad_endpoint();
+	endpoint_buffer();
 	flush_by_clock();
 	return 0;
 }

@@ -60,7 +60,7 @@ int main(int argc, char **argv)
 	CHECK(kvp_pub_metrics_write(pub, 1u << 9, stdout) == -EINVAL);
 	CHECK(kvp_pub_metrics_format(pub, 0, NULL, 0, NULL) == -EINVAL);
 	CHECK(kvp_pub_metrics_format(pub, 0, buf, sizeof(buf), &len) ==
-	      -ENOSPC);
+	      -ENOBUFS);
 	CHECK(len > sizeof(buf));
 	CHECK(kvp_metrics_write(pool, &m, 1, flags | KVP_METRICS_NO_EOF,
 				stdout) == 0);

@@ -14,6 +14,10 @@ b=${top_builddir:-.}
 "$b/stress/stress_seq" 3 1 --fork-tree --blocks 64 --ids 16
 # Slabs of sequence structs go back while other threads look them up.
 "$b/stress/stress_seq" 3 2 --reclaim --blocks 8192
+# kvp_seq_fork_n of up to 64 children racing frees, truncates and
+# appends of the source and of earlier children.
+"$b/stress/stress_fork" 3 2
+"$b/stress/stress_fork" 3 1 --blocks 256 --ids 8
 "$b/stress/stress_seqmap" 4 40000
 "$b/stress/stress_seqmap" 3 20000 --ids 4 --fresh 60
 "$b/stress/stress_churn" 2000 8

@@ -155,8 +155,8 @@ for caps in abc 400,,800 400, -1; do
 		bad "--capacities $caps: $(cat "$tmp/stderr")"
 done
 
-# ---- the capacity sweep: a header and policies x capacities rows
-"$kv" sim --trace "$small" --sweep-capacity --capacities 400,800,100000 \
+# ---- the policies' sweep: a header and policies x capacities rows
+"$kv" sim --trace "$small" --sweep-policies --capacities 400,800,100000 \
 	>"$tmp/sweep.csv" 2>"$tmp/stderr"
 rows=$(grep -c '^[a-z]*,[0-9]' "$tmp/sweep.csv")
 head -n 1 "$tmp/sweep.csv" | grep -q '^policy,blocks,capacity_fraction,hit_rate' &&
@@ -168,8 +168,115 @@ if command -v gnuplot >/dev/null 2>&1; then
 	head -c 8 "$tmp/sweep.png" 2>/dev/null | od -c | grep -q 'P   N   G' &&
 		ok "sweep plot: a PNG" || bad "sweep plot: no PNG ($(cat "$tmp/stderr"))"
 else
-	echo "skip: the plot (gnuplot is not installed; optional)"
+	echo "skip: the PNG (gnuplot is not installed; the FILE.gp scripts below are checked)"
 fi
+
+# ---- what the plots draw (FILE.gp: the script, no gnuplot needed): the
+# sweep, both managers' hit rate and throughput by capacity (four policy
+# curves on top of each other were its default); the policies only when
+# asked; the bench's x axis the thread counts given (it ran 1-10 for 1,2)
+"$kv" sim --requests 300 --sweep-capacity --capacities 3000,50000 \
+	--plot "$tmp/sweep.gp" >/dev/null 2>"$tmp/stderr" &&
+	"$py" - "$tmp/sweep.gp" <<'PYEOF' && ok "sweep plot: hit rate and throughput, kvpool and mutex" ||
+import re, sys
+g = open(sys.argv[1]).read()
+assert "set output '%s.png'" % sys.argv[1][:-3] in g, g
+ylabels = re.findall(r"^set ylabel '(.*)'$", g, re.M)
+assert ylabels == ["prefix hit rate (tokens)", "requests per second"], ylabels
+plots = re.findall(r"^plot (.*)$", g, re.M)
+assert len(plots) == 2, plots
+for p in plots:
+    assert re.findall(r"title '([^']*)'", p) == ["kvpool", "mutex"], p
+assert "set xrange [3000:50000]" in g, g
+PYEOF
+	bad "sweep plot script: $(cat "$tmp/sweep.gp" "$tmp/stderr" 2>/dev/null | head -40)"
+"$kv" sim --requests 300 --sweep-policies --capacities 3000,50000 \
+	--plot "$tmp/pol.gp" >/dev/null 2>"$tmp/stderr" &&
+	[ "$(grep -o "title '[a-z]*'" "$tmp/pol.gp" | tr '\n' ' ')" = \
+		"title 'lru' title 'lfu' title 'longest' title 'priority' " ] &&
+	ok "--sweep-policies plot: the four policies" ||
+	bad "--sweep-policies plot: $(cat "$tmp/pol.gp" "$tmp/stderr" 2>/dev/null | head -30)"
+"$kv" bench --threads 1,2 --workloads pair --seconds 0.01 --reps 1 \
+	--plot "$tmp/bench.gp" >/dev/null 2>"$tmp/stderr" &&
+	grep -qx 'set xrange \[1:2\]' "$tmp/bench.gp" &&
+	grep -qx 'set xtics (1, 2)' "$tmp/bench.gp" &&
+	ok "bench plot: the x axis runs 1 to 2, tics at 1 and 2" ||
+	bad "bench plot: $(grep -E 'xrange|xtics' "$tmp/bench.gp") $(cat "$tmp/stderr")"
+
+# ---- every option's help ends with a full stop, and fits 80 columns
+# (--retain-system's stopped mid-sentence)
+for cmd in sim bench; do
+	"$kv" $cmd --help >"$tmp/help" 2>&1
+	if "$py" - "$tmp/help" <<'PYEOF'; then
+import sys
+text = open(sys.argv[1]).read().splitlines()
+long = [l for l in text if len(l) > 80]
+assert not long, "lines over 80 columns: %r" % long
+opts, cur = [], None
+for line in text:
+    if line.startswith("  -"):
+        cur = [line]
+        opts.append(cur)
+    elif line.startswith("      ") and cur is not None:
+        cur.append(line)
+    else:
+        cur = None
+assert len(opts) > 5, opts
+bad = [o[0].split()[0] for o in opts if not o[-1].rstrip().endswith(".")]
+assert not bad, "help without a full stop: %s" % ", ".join(bad)
+PYEOF
+		ok "kvpool $cmd --help: every option's help ends with a full stop"
+	else
+		bad "kvpool $cmd --help"
+	fi
+done
+
+# ---- the sweep's progress: on a terminal (script(1) gives it one), each
+# replay says which capacity of how many, and the time since the sweep
+# began; none when stderr is a file
+if command -v script >/dev/null 2>&1; then
+	script -qec "'$kv' sim --requests 300 --sweep-capacity --capacities 3000,50000 >/dev/null" \
+		"$tmp/tty.txt" >/dev/null 2>&1
+	tr '\r' '\n' <"$tmp/tty.txt" >"$tmp/tty"
+	grep -q "capacity 1 of 2 (3000 blocks), rep 1 of 1: kvpool .* s into the sweep" "$tmp/tty" &&
+		grep -q "capacity 2 of 2 (unlimited), rep 1 of 1: mutex" "$tmp/tty" &&
+		ok "sweep progress on a terminal" ||
+		bad "sweep progress: $(head -c 600 "$tmp/tty")"
+else
+	echo "skip: the sweep's progress on a terminal (no script(1))"
+fi
+"$kv" sim --requests 300 --sweep-capacity --capacities 3000,50000 \
+	>/dev/null 2>"$tmp/stderr"
+grep -q "capacity 1 of" "$tmp/stderr" && bad "progress on a file: $(cat "$tmp/stderr")" ||
+	ok "no progress when stderr is not a terminal"
+
+# ---- each CSV row is written when its capacity is done, not at the end:
+# the first row is in the file while the sweep still runs
+rows_early() { # rows_early FILE ARGS...: the first row before the exit
+	f=$1
+	shift
+	"$kv" sim "$@" >"$tmp/early.out" 2>/dev/null &
+	pid=$!
+	n=0
+	while [ $n -lt 600 ] && kill -0 $pid 2>/dev/null; do
+		c=$(grep -c '^[a-z0-9]*,' "$f" 2>/dev/null)
+		[ "${c:-0}" -ge 2 ] && break
+		sleep 0.05
+		n=$((n + 1))
+	done
+	running=no
+	kill -0 $pid 2>/dev/null && running=yes
+	wait $pid
+	[ $running = yes ]
+}
+rows_early "$tmp/early.out" --requests 2000 --sweep-policies \
+	--capacities 2000,3000,4000,200000 &&
+	ok "--sweep-policies: rows while the sweep runs" ||
+	bad "--sweep-policies: no row before the end"
+rows_early "$tmp/early.csv" --requests 2000 --sweep-capacity \
+	--capacities 2000,3000,4000,200000 --reps 2 --csv "$tmp/early.csv" &&
+	ok "--sweep-capacity --csv: rows while the sweep runs" ||
+	bad "--sweep-capacity --csv: no row before the end"
 
 # ---- the comparing sweep: a table row and a CSV row per capacity; with
 # one thread and an unlimited pool both peers do identical work, so the

@@ -40,10 +40,14 @@ import glob, sys
 from prometheus_client.openmetrics.parser import \
     text_string_to_metric_families as parse
 base = sys.argv[1]
-n = len(glob.glob(base + ".*"))
+names = sorted(glob.glob(base + ".*"))
+n = len(names)
 assert n >= 2, "only %d periodic scrapes" % n
+# Six digits, so that a listing's order is the scrapes' (FILE.10 sorted
+# before FILE.2).
+assert names == ["%s.%06d" % (base, k) for k in range(1, n + 1)], names
 last = {}
-for path in ["%s.%d" % (base, k) for k in range(1, n + 1)] + [base]:
+for path in names + [base]:
     text = open(path).read()
     fams = {f.name: f for f in parse(text)}  # raises on malformed text
     models = {s.labels["manager"] for s in

@@ -624,18 +624,23 @@ static void usage(FILE *f)
 		"usage: kvpool bench [options]\n"
 		"Pool, sequence and prefix benchmarks against peers measured "
 		"in the same run.\n"
-		"  --threads LIST      thread counts (default 1,2,4,8)\n"
-		"  --seconds S         one measurement (default 0.2)\n"
+		"  --threads LIST      thread counts (default 1,2,4,8).\n"
+		"  --seconds S         one measurement (default 0.2).\n"
 		"  --reps R            measurements per cell, the median is "
-		"reported (default 3)\n"
+		"reported\n"
+		"                      (default 3).\n"
 		"  --workloads LIST    of "
 		"pair,batch16,decode,fork,prefix,churn "
-		"(default all)\n"
+		"(default all).\n"
 		"  --csv FILE          also write the cells as CSV ('-': "
-		"stdout, instead of the table)\n"
-		"  --plot FILE.png     throughput against threads (needs "
-		"gnuplot)\n"
-		"  -h, --help          this text; kvpool(1) has the details\n"
+		"stdout, instead\n"
+		"                      of the table).\n"
+		"  --plot FILE         FILE.png: throughput against threads "
+		"(needs\n"
+		"                      gnuplot); FILE.gp: the gnuplot script "
+		"that draws\n"
+		"                      FILE.png.\n"
+		"  -h, --help          this text; kvpool(1) has the details.\n"
 		"peers: kvpool, lockfree-stack (kvpool without thread caches), "
 		"mutex, cds_lfs\n"
 		"(liburcu), jemalloc (%s)\n",
@@ -824,8 +829,8 @@ int bench_main(int argc, char **argv)
 		/* A plot asked for and not written is a failure. */
 		if (plot_png("kvpool bench", o.plot,
 			     "throughput against threads", "threads",
-			     "Mops/s (log)", PLOT_LOGX | PLOT_LOGY, s,
-			     ns) != 0)
+			     "Mops/s (log)", PLOT_LOGX | PLOT_LOGY | PLOT_XTICS,
+			     s, ns) != 0)
 			rc = 1;
 	}
 	bench_res_free();

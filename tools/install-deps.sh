@@ -6,10 +6,10 @@
 # libmsgpack-dev build libkvpool-events, python3-zmq, python3-msgpack and
 # python3-cbor2 run its tests and examples/kv_subscriber.py;
 # python3-prometheus-client parses the metrics text in the tests and backs
-# the Python package's collector; gnuplot-nox draws `--plot` (its tests
-# in tests/test_sim.sh run only with it); python3-cffi, python3-numpy and cargo
+# the Python package's collector; python3-cffi, python3-numpy and cargo
 # are for the Python and Rust bindings' tests, which are skipped without
-# them).  Rust: a cargo already on PATH or in
+# them; gnuplot-nox draws `kvpool sim --plot` and `kvpool bench --plot`,
+# which fail without it).  Rust: a cargo already on PATH or in
 # ~/.cargo/bin (rustup) is used; Debian's cargo is installed otherwise.
 # Runs apt-get through sudo unless already root.  Idempotent.
 set -e

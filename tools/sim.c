@@ -20,8 +20,8 @@
  *           (LATER: stop, the head waits; NEVER: rejected), create its
  *           first sequence with kvp_seq_create_cached over the prompt's
  *           block hashes (workload.h), then kvp_seq_commit the prompt's
- *           full blocks (the prefill is done), then kvp_seq_fork n - 1
- *           parallel samples;
+ *           full blocks (the prefill is done), then kvp_seq_fork_n of
+ *           the n - 1 parallel samples in one call;
  *   step    kvp_seq_append one token to every running sequence; on
  *           -ENOSPC preempt victims by policy (kvp_evict) and retry; a
  *           request one of whose sequences was evicted (-ENOENT) frees the
@@ -55,7 +55,8 @@
  *
  * Measured: the replay's wall time (thread start to last thread done;
  * workload parsing and hashing excluded), per-operation latency
- * (clock_gettime around each call; appends sampled 1 in 8), pool use
+ * (clock_gettime around each call; appends sampled 1 in 8; a fork's is
+ * that of one kvp_seq_fork_n of all of a request's samples), pool use
  * sampled by every thread every 8 of its steps, and the managers'
  * statistics.
  */

@@ -79,6 +79,7 @@ struct sim_opts {
 	uint32_t requests;
 	bool json;
 	bool sweep;
+	bool sweep_policies; /* --sweep-policies: every policy's hit rate */
 	const char *capacities;
 	const char *plot;
 	const char *csv; /* --csv FILE ("-": stdout), the comparing sweep */
@@ -87,6 +88,11 @@ struct sim_opts {
 	const char *dump;
 	uint32_t max_attempts;
 	bool progress;
+	/* The sweep's place ("capacity 3 of 8 (12500 blocks), lfu") and its
+	 * start (hist_now_ns), shown with each replay's progress; NULL
+	 * outside a sweep. */
+	const char *progress_label;
+	uint64_t progress_t0;
 	/* Events (--publish): libkvpool-events' publisher, NULL without. */
 	const char *publish, *replay_ep, *hash_seed, *topic;
 	bool cbor; /* --hash sha256_cbor */

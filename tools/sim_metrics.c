@@ -7,8 +7,9 @@
  *
  * --metrics-every N: whichever scheduler thread makes a multiple of N
  * steps (all threads' steps counted together) writes the next scrape.
- * The scrapes are numbered and written under a lock, so FILE.1, FILE.2,
- * ... are in the order they were taken (two threads crossing multiples at
+ * The scrapes are numbered and written under a lock, so FILE.000001,
+ * FILE.000002, ... (six digits, so that a listing sorts them) are in the
+ * order they were taken (two threads crossing multiples at
  * once could otherwise write an earlier state under a later number).  A
  * failed write is remembered (the first one), no further periodic scrape
  * is written, and sim_metrics_final() reports it after the replay: the
@@ -54,7 +55,7 @@ void sim_metrics_step(struct run *r)
 	pthread_mutex_lock(&r->metrics_lock);
 	if (!r->metrics_err) {
 		k = ++r->metrics_written;
-		if (snprintf(path, sizeof(path), "%s.%llu", r->o->metrics,
+		if (snprintf(path, sizeof(path), "%s.%06llu", r->o->metrics,
 			     (unsigned long long)k) >= (int)sizeof(path))
 			err = -ENAMETOOLONG;
 		else
@@ -73,7 +74,7 @@ void sim_metrics_final(struct run *r)
 	int err = r->metrics_err; /* the threads are joined */
 
 	if (err) {
-		fprintf(stderr, "kvpool sim: --metrics-every: writing %s.%llu: "
+		fprintf(stderr, "kvpool sim: --metrics-every: writing %s.%06llu: "
 				"%s\n",
 			r->o->metrics, (unsigned long long)r->metrics_err_at,
 			strerror(-err));

@@ -296,16 +296,16 @@ static const struct opt options[] = {
 	SECTION("workload:"),
 	STR("--trace", "FILE", trace,
 	    "Mooncake-format JSON-lines trace (default: the embedded\n"
-	    "synthetic workload)"),
+	    "synthetic workload)."),
 	U32("--requests", "N", requests, 1, 1u << 24, WL_DEFAULT_REQUESTS,
-	    "synthetic workload size (default %u)"),
+	    "synthetic workload size (default %u)."),
 	U64("--seed", "S", seed, 0, ULONG_MAX,
-	    "synthetic workload seed (default 1)"),
+	    "synthetic workload seed (default 1)."),
 	FN("--workload", "W", set_workload,
 	   "the synthetic workload: mixed (default) or sysprompt\n"
-	   "(a 2,048-token system prompt shared by 1 request in 10)"),
+	   "(a 2,048-token system prompt shared by 1 request in 10)."),
 	STR("--dump-workload", "FILE", dump,
-	    "write the workload as JSON lines and exit"),
+	    "write the workload as JSON lines and exit."),
 	SECTION("pool and scheduler:"),
 	{.name = "--blocks",
 	 .arg = "N",
@@ -313,78 +313,86 @@ static const struct opt options[] = {
 	 .set = set_blocks,
 	 .def = SIM_DEFAULT_SYNTH_BLOCKS,
 	 .help = "pool blocks; 0 = unlimited (nothing is evicted); default:\n"
-		 "%u for the synthetic workload, 0 for a trace"},
+		 "%u for the synthetic workload, 0 for a trace."},
 	U32("--block-tokens", "N", block_tokens, 1, 1u << 16,
-	    SIM_DEFAULT_BLOCK_TOKENS, "tokens per block (default %u)"),
+	    SIM_DEFAULT_BLOCK_TOKENS, "tokens per block (default %u)."),
 	U32("--threads", "N", threads, 1, SIM_MAX_THREADS, SIM_DEFAULT_THREADS,
-	    "scheduler threads (default %u)"),
+	    "scheduler threads (default %u)."),
 	U32("--models", "M", models, 1, SIM_MAX_MODELS, 1,
 	    "managers sharing the pool; request i goes to model i % M\n"
-	    "(default 1)"),
+	    "(default 1)."),
 	FN("--policy", "P", set_policy,
-	   "eviction policy: lru, lfu, longest, priority (default lru)"),
+	   "eviction policy: lru, lfu, longest, priority\n"
+	   "(default lru)."),
 	U32("--max-running", "N", max_running, 1, 1u << 20,
 	    SIM_DEFAULT_MAX_RUNNING,
-	    "running requests, all threads (default %u)"),
+	    "running requests, all threads (default %u)."),
 	FN("--watermark", "F", set_watermark,
-	   "fraction kept free at admission (default 0.01)"),
+	   "fraction kept free at admission (default 0.01)."),
 	FLAG("--unordered", unordered,
-	     "admit concurrently (default: admissions in trace order)"),
+	     "admit concurrently (default: admissions in trace order)."),
 	U32("--max-attempts", "N", max_attempts, 1, UINT32_MAX,
 	    SIM_DEFAULT_MAX_ATTEMPTS,
 	    "admissions of one request before it is abandoned\n"
-	    "(default %u)"),
+	    "(default %u)."),
 	FN("--retain-system", "N:P[:STEPS]", set_retain,
 	   "commit the first N tokens of every request at\n"
 	   "retention priority P (0-15), for STEPS scheduler steps\n"
-	   "if given; with --sweep-capacity: LRU with and without"),
+	   "if given; with --sweep-capacity: the policy with and\n"
+	   "without that retention, at each capacity."),
 	SECTION("output:"),
-	FLAG("--json", json, "one JSON object on stdout"),
+	FLAG("--json", json, "one JSON object on stdout."),
 	FN("--compare", "mutex", set_compare,
-	   "also replay on the mutex manager and print the ratio"),
+	   "also replay on the mutex manager and print the ratio\n"
+	   "(--sweep-capacity always does)."),
 	U32("--reps", "R", reps, 1, BENCH_MAX_REPS, 1,
-	    "replays per peer; the median time is reported (default 1)"),
+	    "replays per peer; the median time is reported\n"
+	    "(default 1)."),
 	FLAG("--sweep-capacity", sweep,
-	     "hit rate against capacity for every policy, as CSV\n"
-	     "(with --retain-system: LRU with and without it);\n"
-	     "with --compare mutex: both peers at each capacity\n"
-	     "(--policy, --reps), time, ratio and hit rates as a table"),
+	     "replay kvpool and the mutex manager at several\n"
+	     "capacities (--policy, --reps): times, ratio and hit rates\n"
+	     "as a table, progress on a terminal."),
+	FLAG("--sweep-policies", sweep_policies,
+	     "a capacity sweep of kvpool alone, every policy's hit\n"
+	     "rate at each capacity, as CSV on stdout."),
 	STR("--capacities", "LIST", capacities,
 	    "the capacities to sweep (blocks, comma-separated;\n"
-	    "0 = unlimited)"),
+	    "0 = unlimited)."),
 	STR("--csv", "FILE", csv,
-	    "with --sweep-capacity --compare: the table as CSV\n"
-	    "('-': stdout)"),
-	STR("--plot", "FILE.png", plot,
-	    "with --sweep-capacity: a line plot (needs gnuplot)"),
+	    "with --sweep-capacity: the table as CSV, a row as each\n"
+	    "capacity is done ('-': stdout, after the table)."),
+	STR("--plot", "FILE", plot,
+	    "with a sweep: FILE.png, a plot (needs gnuplot): both\n"
+	    "managers' hit rate and throughput against capacity\n"
+	    "(--sweep-policies: each policy's hit rate); FILE.gp,\n"
+	    "the gnuplot script that draws FILE.png."),
 	STR("--metrics", "FILE", metrics,
 	    "write the pool's and managers' metrics after the replay\n"
-	    "(OpenMetrics text, a Prometheus scrape; kvpool(3))"),
+	    "(OpenMetrics text, a Prometheus scrape; kvpool(3))."),
 	U64("--metrics-every", "N", metrics_every, 1, UINT64_MAX,
-	    "with --metrics: also FILE.1, FILE.2, ..., a scrape every\n"
-	    "N scheduler steps (all threads' steps together)"),
-	SECTION("events (libkvpool-events; kvpool(1), README \"Joining a "
-		"cluster\"):"),
+	    "with --metrics: also FILE.000001, FILE.000002, ..., a\n"
+	    "scrape every N scheduler steps (all threads' steps)."),
+	SECTION("events (libkvpool-events; kvpool(1), doc/events.md):"),
 	FN_AT("--publish", "ENDPOINT", set_endpoint, publish, const char *,
 	      "publish the replay's KV events, vLLM's wire format\n"
-	      "(ZeroMQ PUB bound there, e.g. tcp://127.0.0.1:5557)"),
+	      "(ZeroMQ PUB bound there, e.g. tcp://127.0.0.1:5557)."),
 	FN_AT("--replay", "ENDPOINT", set_endpoint, replay_ep, const char *,
-	      "serve replay requests there (ROUTER)"),
+	      "serve replay requests there (ROUTER)."),
 	U32("--replay-ring", "N", replay_ring, 1, 1u << 24, 0,
-	    "batches kept for replay (default 10000)"),
+	    "batches kept for replay (default 10000)."),
 	U32("--pub-hwm", "N", pub_hwm, 1, INT32_MAX, 0,
-	    "the PUB socket's high-water mark (default 100000)"),
-	FN("--topic", "T", set_topic, "topic (default kv@<host>@kvpool-sim)"),
+	    "the PUB socket's high-water mark (default 100000)."),
+	FN("--topic", "T", set_topic, "topic (default kv@<host>@kvpool-sim)."),
 	FN("--hash", "H", set_hash,
 	   "block hashes: xxh3 (default) or sha256_cbor (vLLM's,\n"
-	   "over pseudo-tokens of the hash ids)"),
+	   "over pseudo-tokens of the hash ids)."),
 	STR("--hash-seed", "S", hash_seed,
-	    "sha256_cbor's seed, vLLM's PYTHONHASHSEED (default 0)"),
+	    "sha256_cbor's seed, vLLM's PYTHONHASHSEED (default 0)."),
 	FN("--linger", "SECONDS", set_linger,
-	   "after the replay, keep answering replay requests"),
+	   "after the replay, keep answering replay requests."),
 	{.name = "-h, --help",
 	 .kind = OPT_HELP,
-	 .help = "this text; kvpool(1) has the details"},
+	 .help = "this text; kvpool(1) has the details."},
 };
 
 #define NUM_OPTIONS (sizeof(options) / sizeof(options[0]))
@@ -503,11 +511,14 @@ static void check_combinations(const struct sim_opts *o)
 		usage_error("--capacities, --plot and --csv go with "
 			    "--sweep-capacity");
 	if (o->sweep && o->json)
-		usage_error("--sweep-capacity prints CSV: it does not take "
-			    "--json");
-	if (o->csv && !o->compare)
-		usage_error("--csv goes with --sweep-capacity --compare mutex "
-			    "(the plain sweep prints CSV on stdout)");
+		usage_error("--sweep-capacity prints a table or CSV: it does "
+			    "not take --json");
+	if (o->csv && (o->sweep_policies || o->retain))
+		usage_error("--csv goes with --sweep-capacity (--sweep-policies "
+			    "and --retain-system sweeps print CSV on stdout)");
+	if (o->sweep_policies && (o->compare || o->retain))
+		usage_error("--sweep-policies replays kvpool alone, every "
+			    "policy: not with --compare or --retain-system");
 	if ((o->trace && (o->seed != 1 || o->requests != WL_DEFAULT_REQUESTS ||
 			  o->sysprompt)))
 		usage_error("--seed, --requests and --workload shape the "
@@ -575,6 +586,7 @@ void sim_parse_args(struct sim_opts *o, int argc, char **argv)
 			usage_error("unknown option '%s'", name);
 		apply(o, row, val);
 	}
+	o->sweep |= o->sweep_policies; /* a sweep, of every policy */
 	check_combinations(o);
 	o->progress = isatty(STDERR_FILENO);
 }

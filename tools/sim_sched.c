@@ -125,10 +125,13 @@ static inline int p_append(struct run *r, unsigned m, uint64_t id,
 		       : mm_append(&r->mmgr[m], id, 1, cow, 1, ncow);
 }
 
-static inline int p_fork(struct run *r, unsigned m, uint64_t src, uint64_t dst)
+/* n samples of src in one call (the mutex peer: under one lock hold). */
+static inline int p_fork_n(struct run *r, unsigned m, uint64_t src,
+			   const uint64_t *dsts, uint32_t n)
 {
-	return r->peer == PEER_KVPOOL ? kvp_seq_fork(r->kmgr[m], src, dst)
-				      : mm_fork(&r->mmgr[m], src, dst);
+	return r->peer == PEER_KVPOOL
+		       ? kvp_seq_fork_n(r->kmgr[m], src, dsts, n, 0)
+		       : mm_fork_n(&r->mmgr[m], src, dsts, n);
 }
 
 static inline int p_free(struct run *r, unsigned m, uint64_t id)
@@ -299,19 +302,27 @@ static void complete(struct thr *t, const struct running *e)
 	finish_request(t);
 }
 
-/* Forks the parallel samples of a prefilled request and starts it. */
+/* Samples forked by one call: a request of more forks in calls of as
+ * many (the mutex peer's mm_fork_n takes at most MM_FORK_N_MAX). */
+#define FORK_CALL MM_FORK_N_MAX
+
+/* Forks the parallel samples of a prefilled request, FORK_CALL at a
+ * time (all of them in one kvp_seq_fork_n up to that), and starts it. */
 static void start(struct thr *t, uint32_t req)
 {
 	struct run *r = t->run;
 	const struct wl_req *wr = &r->w->req[req];
 	uint32_t attempt = r->attempt[req];
 	struct running e = {req, attempt, 0, wr->input_len};
-	uint64_t src = seq_id(req, attempt, 0);
+	uint64_t src = seq_id(req, attempt, 0), dsts[FORK_CALL];
 
-	for (uint32_t s = 1; s < wr->n; s++) {
-		uint64_t dst = seq_id(req, attempt, s);
-		int rc = TIMED(t, OP_FORK, p_fork(r, wr->model, src, dst));
+	for (uint32_t s = 1; s < wr->n;) {
+		uint32_t k = wr->n - s < FORK_CALL ? wr->n - s : FORK_CALL;
+		int rc;
 
+		for (uint32_t i = 0; i < k; i++)
+			dsts[i] = seq_id(req, attempt, s + i);
+		rc = TIMED(t, OP_FORK, p_fork_n(r, wr->model, src, dsts, k));
 		if (rc == -ENOENT) { /* the source was evicted */
 			free_samples(t, req, attempt, s, wr->input_len);
 			requeue(t, req, true);
@@ -319,8 +330,10 @@ static void start(struct thr *t, uint32_t req)
 		}
 		if (rc != 0)
 			op_failed(r, "fork", src, rc);
-		t->ops[OP_FORK]++;
-		t->block_ops += nblocks(wr->input_len, r->w->block_tokens);
+		t->ops[OP_FORK] += k;
+		t->block_ops +=
+			(uint64_t)k * nblocks(wr->input_len, r->w->block_tokens);
+		s += k;
 	}
 	if (wr->output_len == 0)
 		complete(t, &e);
@@ -626,27 +639,39 @@ static void make_queues(struct run *r)
 	}
 }
 
-/* Shows progress on stderr (a terminal) until the replay is done. */
+/* Shows progress on stderr (a terminal) until the replay is done: in a
+ * sweep, its place and the time since the sweep began first. */
 static void progress(struct run *r)
 {
+	const char *label = r->o->progress_label;
 	uint32_t n = r->w->nreq, done;
-	uint64_t t0 = hist_now_ns();
+	uint64_t t0 = label ? r->o->progress_t0 : hist_now_ns();
 
 	while ((done = atomic_load_explicit(&r->finished,
 					    memory_order_relaxed)) < n) {
 		struct timespec ts = {0, 200 * 1000 * 1000};
-		int width = 30, fill = (int)((uint64_t)done * width / n);
+		int width = label ? 20 : 30,
+		    fill = (int)((uint64_t)done * width / n);
 
-		fprintf(stderr,
-			"\r  %s replay [%.*s%*s] %3u%% %u/%u requests "
-			"%.1f s ",
-			sim_peer_name[r->peer], fill,
-			"##############################", width - fill, "",
-			(unsigned)((uint64_t)done * 100 / n), done, n,
-			(double)(hist_now_ns() - t0) * 1e-9);
+		if (label)
+			fprintf(stderr,
+				"\r  %s: %s [%.*s%*s] %3u%%, %.1f s into the "
+				"sweep ",
+				label, sim_peer_name[r->peer], fill,
+				"##############################", width - fill,
+				"", (unsigned)((uint64_t)done * 100 / n),
+				(double)(hist_now_ns() - t0) * 1e-9);
+		else
+			fprintf(stderr,
+				"\r  %s replay [%.*s%*s] %3u%% %u/%u requests "
+				"%.1f s ",
+				sim_peer_name[r->peer], fill,
+				"##############################", width - fill,
+				"", (unsigned)((uint64_t)done * 100 / n), done,
+				n, (double)(hist_now_ns() - t0) * 1e-9);
 		nanosleep(&ts, NULL);
 	}
-	fprintf(stderr, "\r%*s\r", 79, "");
+	fprintf(stderr, "\r%*s\r", 110, "");
 }
 
 /* Each thread's state: room for its share of --max-running requests. */

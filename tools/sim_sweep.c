@@ -2,9 +2,10 @@
 /*
  * sim_sweep.c - pool capacities in `kvpool sim`: the "unlimited" size a
  * workload needs (--blocks 0), the check that a pool fits in memory, and
- * --sweep-capacity: every policy at each capacity (CSV and a plot), the
- * policy with and without --retain-system, or both peers with --compare
- * mutex (a table, CSV and a plot of their ratio).
+ * --sweep-capacity: kvpool and the mutex peer at each capacity (a table,
+ * CSV, and a plot of both peers' hit rate and throughput), the policy
+ * with and without --retain-system, or every policy (--sweep-policies).
+ * On a terminal each replay's progress says where the sweep is.
  */
 #include <errno.h>
 #include <math.h>
@@ -19,6 +20,7 @@
 #include <kvpool.h>
 
 #include "bench_common.h"
+#include "hist.h"
 #include "plot.h"
 #include "sim.h"
 
@@ -137,79 +139,123 @@ static void cap_name(char *buf, size_t len, uint32_t cap, uint64_t unlimited)
 		snprintf(buf, len, "%u", cap);
 }
 
-/* --sweep-capacity --compare mutex at one capacity: --reps replays of
- * each peer (interleaved, order alternated) into kv[] and mx[], and the
- * table's row for their medians.  Fills row[] with the medians' times and
- * hit rates; returns the throughput ratio. */
-static double compare_at(const struct sim_opts *o, const struct workload *w,
-			 uint32_t blocks, uint64_t unlimited,
-			 struct sim_result *kv, struct sim_result *mx,
-			 double row[4])
+/* Names the sweep's place for the next replay's progress (a terminal):
+ * "capacity C of N (BLOCKS), WHAT". */
+static void sweep_place(struct sim_opts *po, char *label, size_t len,
+			unsigned c, unsigned ncap, uint32_t blocks,
+			uint64_t unlimited, const char *what)
 {
-	const struct sim_result *k, *m;
 	char name[24];
-	double ratio, dh;
 
-	for (unsigned i = 0; i < o->reps; i++) {
-		if (i % 2)
-			sim_replay(o, w, PEER_MUTEX, blocks, o->policy, &mx[i]);
-		sim_replay(o, w, PEER_KVPOOL, blocks, o->policy, &kv[i]);
-		if (i % 2 == 0)
-			sim_replay(o, w, PEER_MUTEX, blocks, o->policy, &mx[i]);
-	}
-	k = sim_median_of(kv, o->reps);
-	m = sim_median_of(mx, o->reps);
-	ratio = m->seconds / k->seconds;
-	dh = k->st.prefix_hit_rate - m->st.prefix_hit_rate;
 	cap_name(name, sizeof(name), blocks, unlimited);
-	printf("%-10s %10.3f %10.3f %7.2fx %10.4f %10.4f %+10.4f\n", name,
-	       k->seconds, m->seconds, ratio, k->st.prefix_hit_rate,
-	       m->st.prefix_hit_rate, dh);
-	row[0] = k->seconds;
-	row[1] = m->seconds;
-	row[2] = k->st.prefix_hit_rate;
-	row[3] = m->st.prefix_hit_rate;
-	fflush(stdout);
-	return ratio;
+	snprintf(label, len, "capacity %u of %u (%s%s), %s", c + 1, ncap, name,
+		 blocks >= unlimited ? "" : " blocks", what);
+	po->progress_label = label;
 }
 
-/* The comparing sweep's CSV: x[] capacities, y[] ratios, row[] as
- * compare_at fills it. */
-static void compare_csv(const struct sim_opts *o, FILE *csv, uint64_t unlimited,
-			const double *x, const double *y,
-			const double (*row)[4], unsigned ncap)
+/* One capacity of the comparing sweep: the medians' replay times, hit
+ * rates and requests per second, kvpool's then the mutex peer's. */
+struct cmp_row {
+	double s[2], hit[2], rps[2];
+};
+
+/* --sweep-capacity at one capacity: --reps replays of each peer
+ * (interleaved, order alternated) into kv[] and mx[], the table's row
+ * for their medians on stdout, and *row. */
+static void compare_at(struct sim_opts *po, const struct workload *w,
+		       uint32_t blocks, uint64_t unlimited, unsigned c,
+		       unsigned ncap, struct sim_result *kv,
+		       struct sim_result *mx, struct cmp_row *row)
 {
-	/* After the table, so that "-" keeps the two apart. */
-	if (csv == stdout)
-		printf("\n");
-	fprintf(csv, "blocks,unlimited,threads,policy,reps,kvpool_s,"
-		     "mutex_s,ratio,kvpool_hit_rate,mutex_hit_rate,"
-		     "hit_rate_diff\n");
+	const struct sim_result *k, *m;
+	char name[24], label[96], what[32];
+
+	for (unsigned i = 0; i < po->reps; i++) {
+		snprintf(what, sizeof(what), "rep %u of %u", i + 1, po->reps);
+		sweep_place(po, label, sizeof(label), c, ncap, blocks,
+			    unlimited, what);
+		if (i % 2)
+			sim_replay(po, w, PEER_MUTEX, blocks, po->policy,
+				   &mx[i]);
+		sim_replay(po, w, PEER_KVPOOL, blocks, po->policy, &kv[i]);
+		if (i % 2 == 0)
+			sim_replay(po, w, PEER_MUTEX, blocks, po->policy,
+				   &mx[i]);
+	}
+	k = sim_median_of(kv, po->reps);
+	m = sim_median_of(mx, po->reps);
+	*row = (struct cmp_row){
+		{k->seconds, m->seconds},
+		{k->st.prefix_hit_rate, m->st.prefix_hit_rate},
+		{(double)k->completed / k->seconds,
+		 (double)m->completed / m->seconds}};
+	cap_name(name, sizeof(name), blocks, unlimited);
+	printf("%-10s %10.3f %10.3f %7.2fx %10.4f %10.4f %+10.4f\n", name,
+	       row->s[0], row->s[1], row->s[1] / row->s[0], row->hit[0],
+	       row->hit[1], row->hit[0] - row->hit[1]);
+	fflush(stdout);
+}
+
+static const char cmp_csv_head[] =
+	"blocks,unlimited,threads,policy,reps,kvpool_s,mutex_s,ratio,"
+	"kvpool_hit_rate,mutex_hit_rate,hit_rate_diff,kvpool_requests_per_s,"
+	"mutex_requests_per_s\n";
+
+/* One row of the comparing sweep's CSV. */
+static void compare_csv_row(const struct sim_opts *o, FILE *csv,
+			    uint64_t unlimited, double blocks,
+			    const struct cmp_row *r)
+{
+	fprintf(csv, "%.0f,%d,%u,%s,%u,%.4f,%.4f,%.4f,%.6f,%.6f,%.6f,%.1f,%.1f\n",
+		blocks, blocks >= (double)unlimited, o->threads,
+		sim_policy_name[o->policy], o->reps, r->s[0], r->s[1],
+		r->s[1] / r->s[0], r->hit[0], r->hit[1], r->hit[0] - r->hit[1],
+		r->rps[0], r->rps[1]);
+}
+
+/* The comparing sweep's plot: hit rate and throughput against capacity,
+ * kvpool's and the mutex peer's.  Returns plot_panels'. */
+static int compare_plot(const struct sim_opts *o, const double *x,
+			const struct cmp_row *row, unsigned ncap)
+{
+	double *y = bench_xcalloc(4 * (size_t)ncap, sizeof(*y));
+	struct plot_series s[4];
+	struct plot_panel p[2];
+	int rc;
+
 	for (unsigned c = 0; c < ncap; c++)
-		fprintf(csv,
-			"%.0f,%d,%u,%s,%u,%.4f,%.4f,%.4f,%.6f,"
-			"%.6f,%.6f\n",
-			x[c], x[c] >= (double)unlimited, o->threads,
-			sim_policy_name[o->policy], o->reps, row[c][0],
-			row[c][1], y[c], row[c][2], row[c][3],
-			row[c][2] - row[c][3]);
+		for (unsigned k = 0; k < 2; k++) {
+			y[k * ncap + c] = row[c].hit[k];
+			y[(2 + k) * ncap + c] = row[c].rps[k];
+		}
+	for (unsigned k = 0; k < 4; k++)
+		s[k] = (struct plot_series){sim_peer_name[k % 2], x,
+					    y + k * ncap, ncap};
+	p[0] = (struct plot_panel){"prefix hit rate (tokens)", 0, s, 2};
+	p[1] = (struct plot_panel){"requests per second", 0, s + 2, 2};
+	rc = plot_panels("kvpool sim", o->plot,
+			 "kvpool and the mutex peer against pool capacity",
+			 "pool blocks", PLOT_LOGX | PLOT_XTICS, p, 2);
+	free(y);
+	return rc;
 }
 
 /*
- * --sweep-capacity --compare mutex: at each capacity, both peers, --reps
- * replays each (interleaved, order alternated), their median times, the
- * throughput ratio and both hit rates: a table on stdout, CSV to --csv
- * FILE, and the ratio against capacity to --plot FILE.png.  Returns the
- * exit status.
+ * --sweep-capacity: at each capacity, both peers, --reps replays each
+ * (interleaved, order alternated), their median times, the throughput
+ * ratio and both hit rates: a table on stdout; CSV to --csv FILE, a row
+ * as each capacity is done (after the table for "-"); hit rate and
+ * throughput against capacity, both peers, to --plot.  Returns the exit
+ * status.
  */
 static int sweep_compare(const struct sim_opts *o, const struct workload *w,
 			 uint64_t unlimited, const uint32_t *caps,
 			 unsigned ncap)
 {
+	struct sim_opts po = *o;
 	struct sim_result *kv, *mx;
-	double *x, *y;
-	/* Per capacity: the medians' times and hit rates, for the CSV. */
-	double(*row)[4];
+	struct cmp_row *row;
+	double *x;
 	FILE *csv = NULL;
 	int rc = 0;
 
@@ -224,7 +270,6 @@ static int sweep_compare(const struct sim_opts *o, const struct workload *w,
 	kv = bench_xcalloc(o->reps, sizeof(*kv));
 	mx = bench_xcalloc(o->reps, sizeof(*mx));
 	x = bench_xcalloc(ncap, sizeof(*x));
-	y = bench_xcalloc(ncap, sizeof(*y));
 	row = bench_xcalloc(ncap, sizeof(*row));
 	fprintf(stderr,
 		"kvpool sim: %u capacities x 2 peers x %u reps on %s, %u "
@@ -233,36 +278,37 @@ static int sweep_compare(const struct sim_opts *o, const struct workload *w,
 		(unsigned long long)unlimited);
 	printf("%-10s %10s %10s %8s %10s %10s %10s\n", "capacity", "kvpool_s",
 	       "mutex_s", "ratio", "kv_hits", "mx_hits", "hits_diff");
+	if (csv && csv != stdout)
+		fputs(cmp_csv_head, csv);
+	po.progress_t0 = hist_now_ns();
 	for (unsigned c = 0; c < ncap; c++) {
 		uint32_t blocks = caps[c] ? caps[c] : (uint32_t)unlimited;
 
 		x[c] = blocks;
-		y[c] = compare_at(o, w, blocks, unlimited, kv, mx, row[c]);
+		compare_at(&po, w, blocks, unlimited, c, ncap, kv, mx,
+			   &row[c]);
+		if (csv && csv != stdout) {
+			compare_csv_row(o, csv, unlimited, x[c], &row[c]);
+			fflush(csv);
+		}
 	}
-	if (csv)
-		compare_csv(o, csv, unlimited, x, y, (const double(*)[4])row,
-			    ncap);
+	if (csv == stdout) { /* after the table, apart from it */
+		printf("\n%s", cmp_csv_head);
+		for (unsigned c = 0; c < ncap; c++)
+			compare_csv_row(o, csv, unlimited, x[c], &row[c]);
+	}
 	if (csv && csv != stdout && (ferror(csv) | fclose(csv)) != 0) {
 		fprintf(stderr, "kvpool sim: --csv %s: %s\n", o->csv,
 			strerror(errno));
 		rc = 1;
 	}
-	if (o->plot) {
-		struct plot_series sr = {"kvpool / mutex", x, y, ncap};
-
-		/* A plot asked for and not written (no gnuplot, a failed
-		 * one, a file that cannot be written) is a failure; the
-		 * table stands. */
-		if (plot_png("kvpool sim", o->plot,
-			     "kvpool / mutex throughput against pool capacity",
-			     "pool blocks", "throughput ratio", PLOT_LOGX, &sr,
-			     1) != 0)
-			rc = 1;
-	}
+	/* A plot asked for and not written (no gnuplot, a failed one, a
+	 * file that cannot be written) is a failure; the table stands. */
+	if (o->plot && compare_plot(o, x, row, ncap) != 0)
+		rc = 1;
 	free(kv);
 	free(mx);
 	free(x);
-	free(y);
 	free(row);
 	return rc;
 }
@@ -275,16 +321,18 @@ static int sweep_compare(const struct sim_opts *o, const struct workload *w,
  * capacity to --plot.  Returns the exit status.
  */
 static int sweep_retain(const struct sim_opts *o, const struct workload *w,
-			const uint32_t *caps, unsigned ncap)
+			uint64_t unlimited, const uint32_t *caps,
+			unsigned ncap)
 {
-	struct sim_opts plain = *o;
+	struct sim_opts plain = *o, with_ret = *o;
 	double *x = bench_xcalloc(ncap, sizeof(*x)),
 	       *y = bench_xcalloc(2 * (size_t)ncap, sizeof(*y));
 	struct plot_series series[2];
-	char with[64];
+	char with[64], label[96];
 	int rc = 0;
 
 	plain.retain_prio = KVP_RETAIN_DEFAULT;
+	plain.progress_t0 = with_ret.progress_t0 = hist_now_ns();
 	fprintf(stderr,
 		"kvpool sim: sweeping %u capacities, policy %s without and "
 		"with retention of the first %u tokens at priority %u, on "
@@ -297,8 +345,12 @@ static int sweep_retain(const struct sim_opts *o, const struct workload *w,
 	for (unsigned c = 0; c < ncap; c++) {
 		struct sim_result a, b;
 
+		sweep_place(&plain, label, sizeof(label), c, ncap, caps[c],
+			    unlimited, "without retention");
 		sim_replay(&plain, w, PEER_KVPOOL, caps[c], o->policy, &a);
-		sim_replay(o, w, PEER_KVPOOL, caps[c], o->policy, &b);
+		sweep_place(&with_ret, label, sizeof(label), c, ncap, caps[c],
+			    unlimited, "with retention");
+		sim_replay(&with_ret, w, PEER_KVPOOL, caps[c], o->policy, &b);
 		x[c] = caps[c];
 		y[c] = a.st.prefix_hit_rate;
 		y[ncap + c] = b.st.prefix_hit_rate;
@@ -315,12 +367,12 @@ static int sweep_retain(const struct sim_opts *o, const struct workload *w,
 	series[0] =
 		(struct plot_series){sim_policy_name[o->policy], x, y, ncap};
 	series[1] = (struct plot_series){with, x, y + ncap, ncap};
-	/* As in sim_sweep(): a plot not written is a failure. */
+	/* As in sweep_compare: a plot not written is a failure. */
 	if (o->plot &&
 	    plot_png("kvpool sim", o->plot,
 		     "prefix hit rate with and without retention",
-		     "pool blocks", "hit rate (tokens)", PLOT_LOGX, series,
-		     2) != 0)
+		     "pool blocks", "hit rate (tokens)", PLOT_LOGX | PLOT_XTICS,
+		     series, 2) != 0)
 		rc = 1;
 	free(x);
 	free(y);
@@ -386,75 +438,90 @@ static int sweep_caps(const struct sim_opts *o, const struct workload *w,
 	return 0;
 }
 
-/* sim.h: --sweep-capacity: every policy at every capacity, CSV on stdout
- * and the optional plot (or sweep_compare, sweep_retain).  Returns the
- * exit status. */
-int sim_sweep(const struct sim_opts *o, const struct workload *w,
-	      uint64_t unlimited)
+/*
+ * --sweep-policies: every policy at every capacity, a CSV row on stdout
+ * as each replay is done, and the policies' hit rates against capacity
+ * to --plot.  (The policy only picks preemption victims: on a workload
+ * that preempts nothing the curves coincide.)  Returns the exit status.
+ */
+static int sweep_policies(const struct sim_opts *o, const struct workload *w,
+			  uint64_t unlimited, const uint32_t *caps,
+			  unsigned ncap)
 {
-	uint32_t caps[SIM_MAX_CAPACITIES];
-	unsigned ncap, npol = SIM_NUM_POLICIES;
-	double *x, *y;
+	unsigned npol = SIM_NUM_POLICIES;
 	struct plot_series series[SIM_NUM_POLICIES];
-	struct sim_result *res;
+	struct sim_opts po = *o;
+	double *x, *y;
+	char label[96];
 	int rc = 0;
 
-	rc = sweep_caps(o, w, unlimited, caps, &ncap);
-	if (rc)
-		return rc;
-	if (o->compare)
-		return sweep_compare(o, w, unlimited, caps, ncap);
-	for (unsigned c = 0; c < ncap; c++)
-		if (caps[c] == 0)
-			caps[c] = (uint32_t)unlimited;
-	if (o->retain)
-		return sweep_retain(o, w, caps, ncap);
-	res = bench_xcalloc((size_t)npol * ncap, sizeof(*res));
 	x = bench_xcalloc((size_t)npol * ncap, sizeof(*x));
 	y = bench_xcalloc((size_t)npol * ncap, sizeof(*y));
 	fprintf(stderr,
 		"kvpool sim: sweeping %u capacities x %u policies on %s "
 		"(unlimited: %llu blocks)\n",
 		ncap, npol, w->name, (unsigned long long)unlimited);
-	for (unsigned p = 0; p < npol; p++)
-		for (unsigned c = 0; c < ncap; c++) {
-			struct sim_result *r = &res[p * ncap + c];
-
-			sim_replay(o, w, PEER_KVPOOL, caps[c],
-				   (enum kvp_policy)p, r);
-			x[p * ncap + c] = caps[c];
-			y[p * ncap + c] = r->st.prefix_hit_rate;
-		}
 	printf("policy,blocks,capacity_fraction,hit_rate,preemptions,"
 	       "evicted_sequences,cached_blocks_evicted,abandoned,"
 	       "requests_per_s,replay_s\n");
+	po.progress_t0 = hist_now_ns();
 	for (unsigned p = 0; p < npol; p++) {
 		for (unsigned c = 0; c < ncap; c++) {
-			const struct sim_result *r = &res[p * ncap + c];
+			struct sim_result r;
 
+			sweep_place(&po, label, sizeof(label), c, ncap,
+				    caps[c], unlimited, sim_policy_name[p]);
+			sim_replay(&po, w, PEER_KVPOOL, caps[c],
+				   (enum kvp_policy)p, &r);
+			x[p * ncap + c] = caps[c];
+			y[p * ncap + c] = r.st.prefix_hit_rate;
 			printf("%s,%u,%.4f,%.6f,%llu,%llu,%llu,%llu,%.1f,%."
 			       "4f\n",
 			       sim_policy_name[p], caps[c],
 			       (double)caps[c] / (double)unlimited,
-			       r->st.prefix_hit_rate,
-			       (unsigned long long)r->preemptions,
-			       (unsigned long long)r->victims,
-			       (unsigned long long)r->st.prefix_evictions,
-			       (unsigned long long)r->abandoned,
-			       (double)r->completed / r->seconds, r->seconds);
+			       r.st.prefix_hit_rate,
+			       (unsigned long long)r.preemptions,
+			       (unsigned long long)r.victims,
+			       (unsigned long long)r.st.prefix_evictions,
+			       (unsigned long long)r.abandoned,
+			       (double)r.completed / r.seconds, r.seconds);
+			fflush(stdout);
 		}
 		series[p] = (struct plot_series){
 			sim_policy_name[p], x + p * ncap, y + p * ncap, ncap};
 	}
-	fflush(stdout);
 	/* As in sweep_compare: a plot not written is a failure. */
 	if (o->plot &&
 	    plot_png("kvpool sim", o->plot,
-		     "prefix hit rate against pool capacity", "pool blocks",
-		     "hit rate (tokens)", PLOT_LOGX, series, npol) != 0)
+		     "prefix hit rate against pool capacity, by policy",
+		     "pool blocks", "hit rate (tokens)", PLOT_LOGX | PLOT_XTICS,
+		     series, npol) != 0)
 		rc = 1;
-	free(res);
 	free(x);
 	free(y);
 	return rc;
+}
+
+/* sim.h: --sweep-capacity: kvpool against the mutex peer at every
+ * capacity (sweep_compare), the policy with and without --retain-system
+ * (sweep_retain), or every policy (--sweep-policies).  Returns the exit
+ * status. */
+int sim_sweep(const struct sim_opts *o, const struct workload *w,
+	      uint64_t unlimited)
+{
+	uint32_t caps[SIM_MAX_CAPACITIES];
+	unsigned ncap;
+	int rc;
+
+	rc = sweep_caps(o, w, unlimited, caps, &ncap);
+	if (rc)
+		return rc;
+	if (!o->retain && !o->sweep_policies)
+		return sweep_compare(o, w, unlimited, caps, ncap);
+	for (unsigned c = 0; c < ncap; c++)
+		if (caps[c] == 0)
+			caps[c] = (uint32_t)unlimited;
+	if (o->retain)
+		return sweep_retain(o, w, unlimited, caps, ncap);
+	return sweep_policies(o, w, unlimited, caps, ncap);
 }

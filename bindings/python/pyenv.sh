@@ -38,14 +38,16 @@ py() {
 		KVPOOL_LIBRARY="$lib" PYTHONPATH="$s/bindings/python" \
 		PYTHONDONTWRITEBYTECODE=1 "$py" "$@"
 }
-# readme_python TITLE: runs the Python block of README.md's section
-# "## TITLE", as written; fails if the section has none.
+# readme_python TITLE [FILE]: runs the Python block of the section "##
+# TITLE" of FILE (default README.md, relative to the source tree), as
+# written; fails if the section has none.
 readme_python() {
 	_tmp=$(mktemp)
-	sed -n "/^## $1/,/^## /p" "$s/README.md" |
+	_doc=${2:-README.md}
+	sed -n "/^## $1/,/^## /p" "$s/$_doc" |
 		sed -n '/^```python$/,/^```$/p' | sed '1d;$d' >"$_tmp"
 	if [ ! -s "$_tmp" ]; then
-		echo "test: README.md's \"$1\" has no Python example" >&2
+		echo "test: $_doc's \"$1\" has no Python example" >&2
 		rm -f "$_tmp"
 		return 1
 	fi

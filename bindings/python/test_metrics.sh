@@ -13,6 +13,6 @@ if ! py -c "import prometheus_client" 2>/dev/null; then
 fi
 set -e
 py "$s/bindings/python/tests/test_metrics.py"
-# The README's collector example, as written.
-readme_python "Metrics for Prometheus"
-echo "metrics: the README's collector example ran"
+# doc/python.md's collector example, as written.
+readme_python "Metrics for Prometheus" doc/python.md
+echo "metrics: doc/python.md's collector example ran"

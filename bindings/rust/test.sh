@@ -108,7 +108,7 @@ fi
 tmp="$b/bindings/rust/readme"
 rm -rf "$tmp"
 mkdir -p "$tmp/src"
-sed -n '/^## Using kvpool from Rust/,/^## /p' "$s/README.md" |
+sed -n '/^## A first program in Rust/,/^## /p' "$s/README.md" |
 	sed -n '/^```rust$/,/^```$/p' | sed '1d;$d' >"$tmp/src/main.rs"
 if [ ! -s "$tmp/src/main.rs" ]; then
 	echo "test: README.md has no Rust example" >&2

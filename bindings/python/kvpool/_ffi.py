@@ -1,10 +1,9 @@
 # SPDX-License-Identifier: MIT
 """The C ABI of libkvpool, declared for cffi in ABI mode (no compiler).
 
-Only what the Python classes call is declared.  Structs the library fills
-in are declared whole; struct kvp_event only with the fields the binding
-reads (the library passes it by pointer, so fields it appends later are
-simply not read).  tests/test_kvpool.py's TestABI compiles every struct
+Only what the Python classes call is declared.  Structs are declared
+whole; struct kvp_event's size is not compared (the library passes it by
+pointer, so fields it appends later are simply not read).  tests/test_kvpool.py's TestABI compiles every struct
 declared here against include/kvpool.h and compares sizes and offsets
 (PARTIAL names the structs whose size it does not compare).
 """
@@ -84,6 +83,8 @@ int kvp_seq_append_batch(struct kvp_manager *m, const uint64_t *seqs,
                          struct kvp_copy *cow, uint32_t cow_cap,
                          uint32_t *ncow);
 int kvp_seq_fork(struct kvp_manager *m, uint64_t src, uint64_t dst);
+int kvp_seq_fork_n(struct kvp_manager *m, uint64_t src, const uint64_t *dsts,
+                   uint32_t n, uint32_t flags);
 int kvp_seq_free(struct kvp_manager *m, uint64_t seq);
 int kvp_seq_truncate(struct kvp_manager *m, uint64_t seq, uint32_t num_tokens);
 int kvp_seq_stream_trim(struct kvp_manager *m, uint64_t seq,
@@ -136,7 +137,18 @@ int kvp_hash_blocks(int algo, const struct kvp_hash *parent,
                     const struct kvp_hash_keys *keys, const uint32_t *tokens,
                     uint32_t ntokens, uint32_t block_tokens,
                     struct kvp_hash *out);
+int kvp_hash_blocks_cap(int algo, const struct kvp_hash *parent,
+                        const struct kvp_hash_keys *keys,
+                        const uint32_t *tokens, uint32_t ntokens,
+                        uint32_t block_tokens, struct kvp_hash *out,
+                        uint32_t cap);
 int kvp_hash_set_xxh3_seed(uint64_t seed);
+int kvp_hash_set_cbor_seed(const char *seed);
+int kvp_hash_cbor_seed_root(const char *seed, struct kvp_hash *out);
+int kvp_hash_cbor_block(const struct kvp_hash *parent, const uint32_t *tokens,
+                        uint32_t ntokens, const char *const *extra_keys,
+                        uint32_t nextra_keys, struct kvp_hash *out);
+uint64_t kvp_hash_to_u64(const struct kvp_hash *h);
 int kvp_prefix_match(struct kvp_manager *m, const struct kvp_hash *hashes,
                      uint32_t nhashes, uint32_t *cached_blocks);
 int kvp_seq_create_cached(struct kvp_manager *m, uint64_t seq,
@@ -165,9 +177,31 @@ struct kvp_event {
     const struct kvp_hash *parent;
     uint32_t block_tokens;
     uint32_t num_tokens;
+    uint64_t seq;
+    const uint32_t *token_ids;
+    const char *lora_name;
+    int64_t lora_id;
+    const char *const *extra_keys;
+    uint32_t nextra_keys;
+    const char *medium;
+    uint32_t priority;
 };
 typedef void (*kvp_event_cb)(const struct kvp_event *ev, void *arg);
 int kvp_manager_set_event_cb(struct kvp_manager *m, kvp_event_cb cb, void *arg);
+int kvp_manager_set_event_medium(struct kvp_manager *m, const char *medium);
+struct kvp_commit_info {
+    const uint32_t *tokens;
+    uint32_t ntokens;
+    const char *lora_name;
+    int64_t lora_id;
+    const char *const *extra_keys;
+    uint32_t nextra_keys;
+    const struct kvp_retention *ranges;
+    uint32_t nranges;
+};
+int kvp_seq_commit_ex(struct kvp_manager *m, uint64_t seq,
+                      const struct kvp_hash *hashes, uint32_t nhashes,
+                      const struct kvp_commit_info *info);
 
 int kvp_seq_write(struct kvp_manager *m, uint64_t seq, uint32_t pos,
                   uint32_t layer, const void *k, const void *v);

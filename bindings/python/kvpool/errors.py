@@ -3,7 +3,8 @@
 
 An Error is an OSError: `e.errno` is the (positive) errno the C call
 returned negated, `e.strerror` is kvp_strerror()'s text for it.  A
-NoSpace also carries the call's kvp_last_error() details.
+NoSpace and a BufferTooSmall also carry the call's kvp_last_error()
+details.
 """
 import errno as _errno
 
@@ -19,25 +20,39 @@ class InvalidArgument(Error, ValueError):
 
 
 class NoSpace(Error):
-    """-ENOSPC: not enough free blocks (or a buffer too small).
+    """-ENOSPC: not enough free blocks.
 
     From kvp_last_error(), read in the failing call's thread right after
     it returned: `requested` is the blocks the call needed at once and
     `available` the blocks it could have had (a recent count while other
-    threads run); with `buffer_too_small` True, the entries a caller's
-    buffer needed and its capacity instead.  All three are None when the
-    library recorded no details."""
+    threads run).  Both are None when the library recorded no
+    details."""
 
-    requested = available = buffer_too_small = None
+    requested = available = None
 
     def __str__(self):
         s = OSError.__str__(self)
         if self.requested is None:
             return s
-        if self.buffer_too_small:
-            return "%s (a buffer too small: %d entries needed, room for %d)" \
-                % (s, self.requested, self.available)
         return "%s (%d requested, %d available)" % (
+            s, self.requested, self.available)
+
+
+class BufferTooSmall(Error):
+    """-ENOBUFS: a caller's buffer too small for the answer.
+
+    The package sizes its own buffers, so only a direct call of the C
+    library (kvpool._ffi.lib) sees it.  `requested` is the entries the buffer needed and
+    `available` its capacity (kvp_last_error()), None when the library
+    recorded no details."""
+
+    requested = available = None
+
+    def __str__(self):
+        s = OSError.__str__(self)
+        if self.requested is None:
+            return s
+        return "%s (%d entries needed, room for %d)" % (
             s, self.requested, self.available)
 
 
@@ -78,6 +93,7 @@ class CheckFailed(Error):
 _BY_ERRNO = {
     _errno.EINVAL: InvalidArgument,
     _errno.ENOSPC: NoSpace,
+    _errno.ENOBUFS: BufferTooSmall,
     _errno.ENOMEM: NoMemory,
     _errno.ENOENT: NotFound,
     _errno.EEXIST: Exists,
@@ -99,9 +115,9 @@ def error(rc, what=None):
     of the failing call, before any other kvpool call: a NoSpace reads
     that call's details."""
     info = None
-    if rc == -_errno.ENOSPC:
+    if rc in (-_errno.ENOSPC, -_errno.ENOBUFS):
         info = ffi.new("struct kvp_error_info *")
-        if lib.kvp_last_error(info) != 0:
+        if lib.kvp_last_error(info) != 0 or info.err != rc:
             info = None  # no details recorded
     msg = strerror(rc)
     if what:
@@ -109,5 +125,4 @@ def error(rc, what=None):
     e = _BY_ERRNO.get(-rc, Error)(-rc, msg)
     if info is not None:
         e.requested, e.available = info.requested, info.available
-        e.buffer_too_small = bool(info.buffer)
     return e

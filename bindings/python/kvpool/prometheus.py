@@ -14,7 +14,8 @@ python3-prometheus-client); the rest of the package does not.
 from prometheus_client.openmetrics.parser import \
     text_string_to_metric_families
 
-from ._core import Manager, Pool
+from ._core import Pool
+from ._manager import Manager
 
 
 class Collector:

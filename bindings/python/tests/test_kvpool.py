@@ -7,7 +7,7 @@ import threading
 import unittest
 
 import kvpool
-from kvpool import _core
+from kvpool import _types as _core
 
 NUMPY = _core.np is not None
 
@@ -112,6 +112,48 @@ class TestManager(unittest.TestCase):
         m.check()
         s.free()
         f.free()
+        self.assertEqual(self.pool.stats().used, 0)
+
+    def test_fork_n(self):
+        m = self.m
+        s = m.create(1, 20)
+        before = s.info()
+        kids = m.fork_n(1, [2, 3, 4])
+        self.assertEqual([k.id for k in kids], [2, 3, 4])
+        for k in kids:
+            self.assertEqual(as_list(k.blocks()), as_list(s.blocks()))
+            self.assertEqual(k.info().num_tokens, 20)
+        self.assertEqual(s.info().access_count, before.access_count + 1)
+        self.assertEqual(m.stats().forks, 3)
+        # keep_source: the source's access stays; a Sequence forks too.
+        before = s.info()
+        more = s.fork_n([5, 6], keep_source=True)
+        self.assertEqual([k.id for k in more], [5, 6])
+        after = s.info()
+        self.assertEqual((after.last_access, after.access_count),
+                         (before.last_access, before.access_count))
+        # All or nothing: a taken id fails the call, no child is made.
+        with self.assertRaises(kvpool.Exists):
+            m.fork_n(1, [7, 8, 2])
+        with self.assertRaises(kvpool.Exists):
+            m.fork_n(1, [7, 7])
+        with self.assertRaises(kvpool.NotFound):
+            m.fork_n(99, [7, 8])
+        with self.assertRaises(kvpool.InvalidArgument):
+            m.fork_n(1, [])
+        for gone in (7, 8):
+            with self.assertRaises(kvpool.NotFound):
+                m.info(gone)
+        self.assertEqual(m.stats().sequences, 6)
+        if NUMPY:
+            import numpy as np
+            arr = m.fork_n(1, np.array([9, 10], dtype=np.uint64))
+            self.assertEqual([k.id for k in arr], [9, 10])
+            more += arr
+        m.check()
+        for k in kids + more:
+            k.free()
+        s.free()
         self.assertEqual(self.pool.stats().used, 0)
 
     def test_errors(self):
@@ -235,7 +277,7 @@ class TestManager(unittest.TestCase):
         self.assertEqual(cow[0].tokens, 4)
         self.assertEqual(lib.kvp_seq_append_batch(m._m, seqs + 1, ffi.NULL,
                                                   1, cow, 0, ncow),
-                         -errno.ENOSPC)
+                         -errno.ENOBUFS)
         self.assertEqual(m.info(4).num_tokens, 4)
         m.check()
 
@@ -497,8 +539,7 @@ class TestErrorDetails(unittest.TestCase):
         with kvpool.Pool(num_blocks=8, block_tokens=16, nocache=True) as p:
             ids = p.alloc(8)
             e = no_space(self, p.alloc, 3)
-            self.assertEqual((e.requested, e.available, e.buffer_too_small),
-                             (3, 0, False))
+            self.assertEqual((e.requested, e.available), (3, 0))
             self.assertIn("3 requested, 0 available", str(e))
             p.free(ids[:2])
             e = no_space(self, p.alloc, 3)
@@ -526,12 +567,28 @@ class TestErrorDetails(unittest.TestCase):
             ids = ffi.new("uint64_t[]", 2)
             n = ffi.new("uint32_t *")
             rc = lib.kvp_manager_seqs(m._m, ids, 2, n)
-            self.assertEqual((rc, n[0]), (-errno.ENOSPC, 3))
+            self.assertEqual((rc, n[0]), (-errno.ENOBUFS, 3))
             e = kvpool.errors.error(rc, "sequences")
-            self.assertIsInstance(e, kvpool.NoSpace)
-            self.assertEqual((e.requested, e.available, e.buffer_too_small),
-                             (3, 2, True))
-            self.assertIn("3 entries needed", str(e))
+            self.assertIsInstance(e, kvpool.BufferTooSmall)
+            self.assertNotIsInstance(e, kvpool.NoSpace)
+            self.assertEqual((e.errno, e.requested, e.available),
+                             (errno.ENOBUFS, 3, 2))
+            self.assertEqual(str(e), "[Errno %d] sequences: the caller's "
+                             "buffer is too small (3 entries needed, room "
+                             "for 2)" % errno.ENOBUFS)
+            # The package's own calls size their buffers.
+            self.assertEqual(sorted(m.sequences()), [1, 2, 3])
+            # A block table of stride 4 for a 7-block sequence in a pool
+            # with 56 free blocks (issue 41).
+            m.create(7, 7 * 16)
+            self.assertEqual(pool.stats().free, 57)
+            s7 = ffi.new("uint64_t[]", [7])
+            table = ffi.new("int32_t[]", 4)
+            rc = lib.kvp_export_block_table(m._m, s7, 1, table, 4, -1)
+            e = kvpool.errors.error(rc, "block_table")
+            self.assertIsInstance(e, kvpool.BufferTooSmall)
+            self.assertEqual((e.requested, e.available), (7, 4))
+            self.assertEqual(len(m.block_table([7])[0]), 7)
 
     def test_per_thread(self):
         from kvpool._ffi import ffi, lib

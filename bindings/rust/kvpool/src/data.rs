@@ -14,7 +14,10 @@ impl Manager {
     fn row_elems<T: Element>(&self) -> Result<usize> {
         match self.pool.dtype {
             Some(d) if d.size() == std::mem::size_of::<T>() => Ok(self.pool.row_bytes() / d.size()),
-            _ => Err(Error::invalid()),
+            Some(_) => Err(Error::invalid_arg(
+                "the element type's size must be the pool's dtype's",
+            )),
+            None => Err(Error::invalid_arg("an ID-only pool has no KV data")),
         }
     }
 
@@ -23,8 +26,15 @@ impl Manager {
     fn check_rows<T: Element>(&self, k: usize, v: usize) -> Result<()> {
         let n = self.row_elems::<T>()?;
         let v_want = if self.pool.k_only { 0 } else { n };
-        if k != n || v != v_want {
-            return Err(Error::invalid());
+        if k != n {
+            return Err(Error::invalid_arg("k must hold one row of the layout"));
+        }
+        if v != v_want {
+            return Err(Error::invalid_arg(if self.pool.k_only {
+                "v must be empty in a K-only pool"
+            } else {
+                "v must hold one row of the layout"
+            }));
         }
         Ok(())
     }

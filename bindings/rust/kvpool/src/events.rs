@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: MIT
 //! Prefix-cache events: `EventKind`, `Event`, and a manager's event
 //! callback, which the C library calls through a trampoline.
-use std::os::raw::c_void;
+use std::ffi::{CStr, CString};
+use std::os::raw::{c_char, c_void};
 use std::ptr;
 
-use crate::error::{check, Result};
+use crate::error::{check, Error, Result};
 use crate::{sys, BlockHash, Manager};
 
 /// What a prefix-cache event reports.
@@ -31,6 +32,41 @@ pub struct Event<'a> {
     pub block_tokens: u32,
     /// Tokens the event covers.
     pub num_tokens: u32,
+    /// The manager's event number: 0, 1, 2, ... in delivery order.
+    pub seq: u64,
+    /// Stored by [`Manager::commit_ex`] with tokens: the stored blocks'
+    /// tokens (`num_tokens` of them).
+    pub token_ids: Option<&'a [u32]>,
+    /// Stored by a commit that named one: the LoRA adapter.
+    pub lora_name: Option<&'a str>,
+    /// Stored by a commit that gave one: the LoRA id.
+    pub lora_id: Option<i64>,
+    /// The manager's medium ([`Manager::set_event_medium`]), if set.
+    pub medium: Option<&'a str>,
+    /// Stored: the retention priority the commit gave the blocks.
+    pub priority: u32,
+    extra: &'a [*const c_char],
+}
+
+impl<'a> Event<'a> {
+    /// Stored: the extra keys the commit gave (vLLM's extra_keys), in
+    /// order; none for other events.
+    pub fn extra_keys(&self) -> impl Iterator<Item = &'a str> + 'a {
+        let keys: &'a [*const c_char] = self.extra;
+        // SAFETY: the C library's NUL-terminated strings, alive for the
+        // callback, as 'a is.
+        keys.iter()
+            .map(|&k| unsafe { CStr::from_ptr(k) }.to_str().unwrap_or(""))
+    }
+}
+
+/// A C string of the event as a &str (None for NULL or bad UTF-8).
+unsafe fn opt_str<'a>(p: *const c_char) -> Option<&'a str> {
+    if p.is_null() {
+        None
+    } else {
+        CStr::from_ptr(p).to_str().ok()
+    }
 }
 
 pub(crate) type EventFn = dyn Fn(&Event<'_>) + Send + Sync;
@@ -43,6 +79,7 @@ unsafe extern "C" fn event_trampoline(ev: *const sys::kvp_event, arg: *mut c_voi
     } else {
         std::slice::from_raw_parts(e.hashes, e.nhashes as usize)
     };
+    let stored = e.kind == 0;
     let event = Event {
         kind: match e.kind {
             0 => EventKind::Stored,
@@ -53,6 +90,25 @@ unsafe extern "C" fn event_trampoline(ev: *const sys::kvp_event, arg: *mut c_voi
         parent: e.parent.as_ref(),
         block_tokens: e.block_tokens,
         num_tokens: e.num_tokens,
+        seq: e.seq,
+        token_ids: if stored && !e.token_ids.is_null() {
+            Some(std::slice::from_raw_parts(e.token_ids, e.num_tokens as usize))
+        } else {
+            None
+        },
+        lora_name: if stored { opt_str(e.lora_name) } else { None },
+        lora_id: if stored && e.lora_id >= 0 {
+            Some(e.lora_id)
+        } else {
+            None
+        },
+        medium: opt_str(e.medium),
+        priority: e.priority,
+        extra: if stored && !e.extra_keys.is_null() {
+            std::slice::from_raw_parts(e.extra_keys, e.nextra_keys as usize)
+        } else {
+            &[]
+        },
     };
     // Unwinding into C is undefined: a panicking callback aborts.
     if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&event))).is_err() {
@@ -87,5 +143,28 @@ impl Manager {
             }
         }
         Ok(())
+    }
+
+    /// Names where the manager's blocks live ("GPU", "CPU", ...; at most
+    /// 15 bytes) in every event it reports; None clears it.  Takes
+    /// `&mut self`: set it before other threads use the manager.
+    pub fn set_event_medium(&mut self, medium: Option<&str>) -> Result<()> {
+        let c = match medium {
+            Some(m) if m.len() > 15 || m.contains('\0') => {
+                return Err(Error::invalid_arg(
+                    "set_event_medium: medium must be at most 15 bytes without NUL",
+                ))
+            }
+            Some(m) => Some(CString::new(m).map_err(|_| Error::invalid())?),
+            None => None,
+        };
+        // SAFETY: &mut self; the string is copied by the call.
+        check(unsafe {
+            sys::kvp_manager_set_event_medium(
+                self.as_ptr(),
+                c.as_ref().map_or(ptr::null(), |c| c.as_ptr()),
+            )
+        })
+        .map(|_| ())
     }
 }

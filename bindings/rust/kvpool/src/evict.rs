@@ -86,7 +86,11 @@ impl Manager {
         out: &mut Vec<u64>,
     ) -> Result<bool> {
         let target = match target {
-            Some(t) if t < 0.0 => return Err(Error::invalid()),
+            Some(t) if t < 0.0 => {
+                return Err(Error::invalid_arg(
+                    "evict_until_into: target must be in [0, 1] (None: the threshold)",
+                ))
+            }
             Some(t) => t,
             None => -1.0,
         };

@@ -3,7 +3,7 @@
 //! (FlashAttention, vLLM), FlashInfer's `Csr`, slot mappings.
 use std::ptr;
 
-use crate::error::{check, len32, Result, ENOSPC};
+use crate::error::{check, len32, Result, ENOBUFS};
 use crate::{sys, Manager};
 
 /// The FlashInfer paged layout.
@@ -46,7 +46,7 @@ impl Manager {
                     pad,
                 )
             };
-            if rc == -ENOSPC {
+            if rc == -ENOBUFS {
                 continue; // a sequence grew meanwhile
             }
             check(rc)?;
@@ -87,7 +87,7 @@ impl Manager {
                     c.last_page_len.as_mut_ptr(),
                 )
             };
-            if rc == -ENOSPC {
+            if rc == -ENOBUFS {
                 continue;
             }
             check(rc)?;

@@ -12,6 +12,17 @@
 //! requested and how much was available ([`Error::requested`],
 //! [`Error::available`]).
 //!
+//! Threads: every `&self` method of [`Pool`] and [`Manager`] may run
+//! from any number of threads at once, as the C calls do (calls on one
+//! sequence are serialised by the library; different sequences never
+//! contend).  What the C library asks to be set before other threads use
+//! a manager takes `&mut self` ([`Manager::set_event_callback`],
+//! [`Manager::set_event_medium`]), so the borrow checker enforces it.  A
+//! handle cannot be closed under a call in flight: dropping it needs it
+//! unborrowed, so a `std::thread::scope` or the last `Arc` holder drops
+//! it only after every thread using it has returned.  An invalid
+//! argument the crate catches names itself ([`Error::detail`]).
+//!
 //! The decode path allocates nothing: [`Manager::append`] returns an
 //! [`Appended`] by value, and on a sequence reserved with
 //! [`Manager::reserve`] the C library allocates no host memory either;
@@ -47,12 +58,15 @@ pub use crate::error::{Error, ErrorKind, Result};
 pub use crate::events::{Event, EventKind};
 pub use crate::evict::Admit;
 pub use crate::export::Csr;
-pub use crate::hash::{hash_blocks, set_xxh3_seed, BlockHash, HashAlgo, HashKeys};
+pub use crate::hash::{
+    cbor_seed_root, hash_blocks, hash_cbor_block, set_cbor_seed, set_xxh3_seed, BlockHash,
+    HashAlgo, HashKeys,
+};
 pub use crate::manager::{Appended, BlockCopy, Manager, ManagerConfig, Policy, SeqInfo, Stats};
 pub use crate::pool::{
     thread_flush, Block, DType, Element, Layout, OwnedBlock, Pool, PoolConfig, PoolStats,
 };
-pub use crate::prefix::{Retention, RETAIN_DEFAULT, RETAIN_MAX, RETAIN_PIN};
+pub use crate::prefix::{CommitInfo, Retention, RETAIN_DEFAULT, RETAIN_MAX, RETAIN_PIN};
 
 #[cfg(test)]
 mod tests {

@@ -8,7 +8,7 @@ use std::fmt;
 use std::os::raw::c_int;
 use std::ptr::{self, NonNull};
 
-use crate::error::{check, len32, Error, Result, ENOSPC};
+use crate::error::{check, len32, Error, Result, ENOBUFS};
 use crate::events::EventFn;
 use crate::{sys, Pool};
 
@@ -114,6 +114,32 @@ impl ManagerConfig {
     pub fn name(mut self, name: &str) -> ManagerConfig {
         self.name = Some(name.to_string());
         self
+    }
+    /// kvp_manager_create's rules, each refusal naming the field.
+    fn check(&self, pool_blocks: u32) -> Result<()> {
+        let t = self.eviction_threshold;
+        if !(0.0..=1.0).contains(&t) {
+            return Err(Error::invalid_arg(
+                "Manager: eviction_threshold must be in [0, 1]",
+            ));
+        }
+        let w = self.watermark;
+        if !(0.0..1.0).contains(&w) {
+            return Err(Error::invalid_arg("Manager: watermark must be in [0, 1)"));
+        }
+        if self.max_pinned > pool_blocks {
+            return Err(Error::invalid_arg(
+                "Manager: max_pinned must be at most the pool's blocks",
+            ));
+        }
+        if let Some(n) = &self.name {
+            if n.is_empty() || n.len() > 63 || n.bytes().any(|c| c < 0x20 || c == 0x7f) {
+                return Err(Error::invalid_arg(
+                    "Manager: name must be 1 to 63 bytes without control characters",
+                ));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -226,6 +252,17 @@ pub struct Stats {
     pub events: u64,
 }
 
+impl Stats {
+    /// Adds st into self, to total several managers (`kvp_stats_add`):
+    /// counters and per-manager gauges are summed; the pool-wide values
+    /// (blocks_used, blocks_total, bytes_per_block) and retention_clock
+    /// take the larger, and the hit rate is recomputed.
+    pub fn add(&mut self, st: &Stats) {
+        // SAFETY: two valid struct kvp_stats.
+        unsafe { sys::kvp_stats_add(self, st) }
+    }
+}
+
 /// Sequences of one model over a pool.  Every `&self` method may run
 /// concurrently with every other from any thread (calls on one sequence
 /// are serialised by the library; different sequences never contend).
@@ -268,7 +305,12 @@ impl fmt::Debug for Manager {
 impl Manager {
     /// Creates a manager over pool (it takes its own pool reference).
     /// The threshold and watermark are taken exactly (`KVP_EXACT_LIMITS`).
+    /// An invalid field is an [`ErrorKind::InvalidArgument`] whose
+    /// [`Error::detail`] names it and its range.
+    ///
+    /// [`ErrorKind::InvalidArgument`]: crate::ErrorKind::InvalidArgument
     pub fn new(pool: &Pool, cfg: &ManagerConfig) -> Result<Manager> {
+        cfg.check(pool.num_blocks())?;
         let name = match &cfg.name {
             Some(n) => Some(CString::new(n.as_str()).map_err(|_| Error::invalid())?),
             None => None,
@@ -384,7 +426,7 @@ impl Manager {
             // SAFETY: ids has room for cap entries; the call writes *n
             // of them on success.
             let rc = unsafe { sys::kvp_manager_seqs(self.as_ptr(), ids.as_mut_ptr(), cap, &mut n) };
-            if rc == -ENOSPC {
+            if rc == -ENOBUFS {
                 // More sequences meanwhile: room for a few more.
                 ids.reserve(with_slack(n).max(cap as usize + 1));
                 continue;
@@ -461,6 +503,34 @@ impl Manager {
         check(unsafe { sys::kvp_seq_fork(self.as_ptr(), src, dst) }).map(|_| ())
     }
 
+    /// Creates the sequences dsts, each sharing all of src's blocks as
+    /// [`Manager::fork`] would, in one call: n > 1 sampling or beam search
+    /// (one lookup and one lock of src, its references taken together).
+    /// src's access moves once.  All or nothing: on an error none of dsts
+    /// exists.  Errors, the first that applies: InvalidArgument (dsts
+    /// empty or longer than the library's limit), then for each dst in
+    /// order Exists (in use, src included, or a repeat) or NoMemory, then
+    /// NotFound (src), then NoMemory, then Overflow.
+    pub fn fork_n(&self, src: u64, dsts: &[u64]) -> Result<()> {
+        self.fork_n_flags(src, dsts, 0)
+    }
+
+    /// [`Manager::fork_n`] that leaves src's last access and access count
+    /// as they were (`KVP_FORK_KEEP_SOURCE`): forking a prompt for
+    /// sampling does not count as an access of it for LRU and LFU.
+    pub fn fork_n_keep_source(&self, src: u64, dsts: &[u64]) -> Result<()> {
+        self.fork_n_flags(src, dsts, sys::KVP_FORK_KEEP_SOURCE)
+    }
+
+    fn fork_n_flags(&self, src: u64, dsts: &[u64], flags: u32) -> Result<()> {
+        // More ids than a u32 counts: the library's limit is far below.
+        let n = u32::try_from(dsts.len()).unwrap_or(u32::MAX);
+        // SAFETY: dsts is valid for n reads (or n is past the limit, and
+        // the call fails before reading).
+        check(unsafe { sys::kvp_seq_fork_n(self.as_ptr(), src, dsts.as_ptr(), n, flags) })
+            .map(|_| ())
+    }
+
     /// Frees seq (its blocks go back to the pool, or to the prefix
     /// cache).
     pub fn free(&self, seq: u64) -> Result<()> {
@@ -519,7 +589,7 @@ impl Manager {
             // them on success.
             let rc =
                 unsafe { sys::kvp_seq_blocks(self.as_ptr(), seq, ids.as_mut_ptr(), cap, &mut n) };
-            if rc == -ENOSPC {
+            if rc == -ENOBUFS {
                 // The count needed (more if seq grew meanwhile).
                 ids.reserve((n as usize).max(cap as usize + 1));
                 continue;

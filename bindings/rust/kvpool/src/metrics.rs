@@ -3,7 +3,7 @@
 //! its managers.
 use std::os::raw::c_char;
 
-use crate::error::{check, len32, Error, Result, ENOSPC};
+use crate::error::{check, len32, Error, Result, ENOBUFS};
 use crate::{sys, Manager, Pool};
 
 impl Pool {
@@ -29,7 +29,7 @@ impl Pool {
                     &mut len,
                 )
             };
-            if rc == -ENOSPC {
+            if rc == -ENOBUFS {
                 cap = len + 4096; // counters may have grown meanwhile
                 continue;
             }

@@ -137,6 +137,34 @@ impl PoolConfig {
         self.cache_blocks = cache_blocks;
         self
     }
+    /// kvp_pool_create's rules, each refusal naming the field (a layout
+    /// whose block size overflows is left to the C library).
+    fn check(&self) -> Result<()> {
+        if self.num_blocks > 1 << 31 {
+            return Err(Error::invalid_arg(
+                "Pool: num_blocks must be in [0, 2^31]",
+            ));
+        }
+        if self.block_tokens == 0 {
+            return Err(Error::invalid_arg("Pool: block_tokens must be at least 1"));
+        }
+        if self.cache_blocks > 4096 || self.cache_blocks > self.num_blocks {
+            return Err(Error::invalid_arg(
+                "Pool: cache_blocks must be at most 4096 and at most num_blocks",
+            ));
+        }
+        match self.layout {
+            None if self.k_only => Err(Error::invalid_arg(
+                "Pool: k_only needs a layout (an ID-only pool has no data)",
+            )),
+            Some(l) if l.num_layers == 0 || l.num_kv_heads == 0 || l.head_dim == 0 => {
+                Err(Error::invalid_arg(
+                    "Pool: layout's num_layers, num_kv_heads and head_dim must be at least 1",
+                ))
+            }
+            _ => Ok(()),
+        }
+    }
 }
 
 /// `struct kvp_pool_stats`: exact at quiescence, approximate otherwise.
@@ -153,9 +181,10 @@ pub struct PoolStats {
     pub in_thread_caches: u64,
     /// Highest `used` seen.
     pub peak_used: u64,
-    /// Blocks handed out since creation.
+    /// References going 0 -> 1: allocated blocks and revived
+    /// prefix-cache hits.
     pub allocs: u64,
-    /// Blocks returned (refcount reached 0).
+    /// References going 1 -> 0: frees and cached blocks going idle.
     pub frees: u64,
     /// Per-thread cache capacity in effect.
     pub cache_blocks: u32,
@@ -228,7 +257,12 @@ impl fmt::Debug for Pool {
 
 impl Pool {
     /// Creates a pool (`kvp_pool_create`); 0 blocks is an empty pool.
+    /// An invalid field is an [`ErrorKind::InvalidArgument`] whose
+    /// [`Error::detail`] names it and its range.
+    ///
+    /// [`ErrorKind::InvalidArgument`]: crate::ErrorKind::InvalidArgument
     pub fn new(cfg: &PoolConfig) -> Result<Pool> {
+        cfg.check()?;
         let lay = cfg.layout.map(|l| sys::kvp_layout {
             num_layers: l.num_layers,
             num_kv_heads: l.num_kv_heads,

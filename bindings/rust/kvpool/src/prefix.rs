@@ -2,7 +2,11 @@
 //! The prefix cache's sequence calls: create from cached blocks,
 //! commit (with `Retention` ranges at the `RETAIN_*` priorities), the
 //! retention clock, reset.
-use crate::error::{check, len32, Result};
+use std::ffi::CString;
+use std::os::raw::c_char;
+use std::ptr;
+
+use crate::error::{check, len32, Error, Result};
 use crate::{sys, BlockHash, Manager};
 
 /// Retention priorities (kvpool.h): the default, the highest below a
@@ -27,6 +31,29 @@ pub struct Retention {
     pub priority: u32,
     /// Retention-clock ticks (0: no expiry).
     pub duration: u64,
+}
+
+/// What a commit tells the events it causes ([`Manager::commit_ex`]):
+/// the stored blocks' tokens, the LoRA adapter and extra keys, as vLLM's
+/// BlockStored carries them, and retention ranges.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CommitInfo<'a> {
+    /// The sequence's tokens from position 0, at least as many as the
+    /// committed blocks cover (the events get the stored blocks').
+    pub tokens: Option<&'a [u32]>,
+    /// The LoRA adapter's name.
+    pub lora_name: Option<&'a str>,
+    /// The LoRA adapter's id.
+    pub lora_id: Option<i64>,
+    /// Extra keys hashed into every block (vLLM's extra_keys).
+    pub extra_keys: &'a [&'a str],
+    /// Retention, as [`Manager::commit_retained`] (refused pins are not
+    /// reported).
+    pub ranges: &'a [Retention],
+}
+
+fn c_string(s: &str) -> Result<CString> {
+    CString::new(s).map_err(|_| Error::invalid_arg("commit_ex: strings must not contain NUL"))
 }
 
 impl Manager {
@@ -100,6 +127,42 @@ impl Manager {
             )
         })?;
         Ok((n as u32, unpinned))
+    }
+
+    /// [`commit`](Manager::commit) whose "stored" events carry info's
+    /// tokens, LoRA name and id and extra keys (`kvp_seq_commit_ex`);
+    /// returns how many blocks were newly cached.
+    pub fn commit_ex(&self, seq: u64, hashes: &[BlockHash], info: &CommitInfo<'_>) -> Result<u32> {
+        let lora = match info.lora_name {
+            Some(l) => Some(c_string(l)?),
+            None => None,
+        };
+        let keys = info
+            .extra_keys
+            .iter()
+            .map(|k| c_string(k))
+            .collect::<Result<Vec<CString>>>()?;
+        let key_ptrs: Vec<*const c_char> = keys.iter().map(|k| k.as_ptr()).collect();
+        let tokens = info.tokens.unwrap_or(&[]);
+        let c = sys::kvp_commit_info {
+            tokens: info.tokens.map_or(ptr::null(), |t| t.as_ptr()),
+            ntokens: len32(tokens.len())?,
+            lora_name: lora.as_ref().map_or(ptr::null(), |l| l.as_ptr()),
+            lora_id: info.lora_id.unwrap_or(-1),
+            extra_keys: if key_ptrs.is_empty() {
+                ptr::null()
+            } else {
+                key_ptrs.as_ptr()
+            },
+            nextra_keys: len32(key_ptrs.len())?,
+            ranges: info.ranges.as_ptr(),
+            nranges: len32(info.ranges.len())?,
+        };
+        // SAFETY: every pointer in c lives until the call returns.
+        check(unsafe {
+            sys::kvp_seq_commit_ex(self.as_ptr(), seq, hashes.as_ptr(), len32(hashes.len())?, &c)
+        })
+        .map(|n| n as u32)
     }
 
     /// Advances the retention clock by steps; returns the new time.

@@ -13,6 +13,9 @@ pub const KVP_POOL_NOCACHE: u32 = 1 << 1;
 pub const KVP_POOL_K_ONLY: u32 = 1 << 2;
 /// `KVP_PREFIX_CACHE`: the manager keeps a hash -> block prefix cache.
 pub const KVP_PREFIX_CACHE: u32 = 1 << 0;
+/// `KVP_FORK_KEEP_SOURCE`: kvp_seq_fork_n leaves the source's last access
+/// and access count as they were.
+pub const KVP_FORK_KEEP_SOURCE: u32 = 1 << 0;
 /// `KVP_EXACT_LIMITS`: the threshold and watermark are taken as
 /// given, 0 included (without it 0 means the default).
 pub const KVP_EXACT_LIMITS: u32 = 1 << 1;
@@ -90,13 +93,13 @@ pub struct kvp_hash_keys {
     /// LoRA adapter name (NUL-terminated) or NULL.
     pub lora: *const c_char,
 }
-/// `struct kvp_error_info`: the calling thread's last -ENOSPC.
+/// `struct kvp_error_info`: the calling thread's last -ENOSPC or -ENOBUFS.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct kvp_error_info {
-    /// -ENOSPC.
+    /// -ENOSPC or -ENOBUFS.
     pub err: c_int,
-    /// 1: a caller's buffer was too small; 0: not enough blocks.
+    /// 1: -ENOBUFS, a caller's buffer was too small; 0: -ENOSPC, blocks.
     pub buffer: u32,
     /// Blocks (or buffer entries) the call needed.
     pub requested: u64,
@@ -114,8 +117,8 @@ pub struct kvp_append_info {
     /// Blocks the append allocated.
     pub new_blocks: u32,
 }
-/// The fields of struct kvp_event this binding reads (the library
-/// passes it by pointer; fields appended later are not read).
+/// `struct kvp_event` (the library passes it by pointer: fields it
+/// appends later are not read).
 #[repr(C)]
 pub struct kvp_event {
     /// `enum kvp_event_kind`.
@@ -130,6 +133,42 @@ pub struct kvp_event {
     pub block_tokens: u32,
     /// Tokens the event covers.
     pub num_tokens: u32,
+    /// The manager's event number.
+    pub seq: u64,
+    /// Stored: the blocks' tokens (num_tokens), or NULL.
+    pub token_ids: *const u32,
+    /// Stored: the commit's LoRA name, or NULL.
+    pub lora_name: *const c_char,
+    /// Stored: the commit's LoRA id (-1: none).
+    pub lora_id: i64,
+    /// Stored: the commit's extra keys, or NULL.
+    pub extra_keys: *const *const c_char,
+    /// Entries of extra_keys.
+    pub nextra_keys: u32,
+    /// The manager's medium, or NULL.
+    pub medium: *const c_char,
+    /// Stored: the retention priority the blocks got.
+    pub priority: u32,
+}
+/// `struct kvp_commit_info`: what a commit tells the event callback.
+#[repr(C)]
+pub struct kvp_commit_info {
+    /// The sequence's tokens from position 0, or NULL.
+    pub tokens: *const u32,
+    /// Entries of tokens.
+    pub ntokens: u32,
+    /// LoRA adapter name, or NULL.
+    pub lora_name: *const c_char,
+    /// LoRA id (-1: none).
+    pub lora_id: i64,
+    /// Extra keys, or NULL.
+    pub extra_keys: *const *const c_char,
+    /// Entries of extra_keys.
+    pub nextra_keys: u32,
+    /// Retention ranges, or NULL.
+    pub ranges: *const super::Retention,
+    /// Entries of ranges.
+    pub nranges: u32,
 }
 /// `kvp_event_cb`: a manager's prefix-cache event callback.
 pub type kvp_event_cb = Option<unsafe extern "C" fn(*const kvp_event, *mut c_void)>;
@@ -138,7 +177,7 @@ use super::{BlockCopy, BlockHash, PoolStats, SeqInfo, Stats};
 extern "C" {
     /// A static description of a return value.
     pub fn kvp_strerror(err: c_int) -> *const c_char;
-    /// The calling thread's last -ENOSPC details.
+    /// The calling thread's last -ENOSPC or -ENOBUFS details.
     pub fn kvp_last_error(out: *mut kvp_error_info) -> c_int;
     /// Creates a pool.
     pub fn kvp_pool_create(cfg: *const kvp_pool_config, out: *mut *mut kvp_pool) -> c_int;
@@ -210,6 +249,15 @@ extern "C" {
     pub fn kvp_seq_reserve(m: *mut kvp_manager, seq: u64, num_tokens: u32) -> c_int;
     /// Creates dst sharing src's blocks.
     pub fn kvp_seq_fork(m: *mut kvp_manager, src: u64, dst: u64) -> c_int;
+    /// Creates the n sequences dsts[0..n) sharing src's blocks, in one
+    /// call (all or nothing).
+    pub fn kvp_seq_fork_n(
+        m: *mut kvp_manager,
+        src: u64,
+        dsts: *const u64,
+        n: u32,
+        flags: u32,
+    ) -> c_int;
     /// Frees a sequence.
     pub fn kvp_seq_free(m: *mut kvp_manager, seq: u64) -> c_int;
     /// Rolls a sequence back to num_tokens tokens.
@@ -303,8 +351,46 @@ extern "C" {
         block_tokens: u32,
         out: *mut BlockHash,
     ) -> c_int;
+    /// kvp_hash_blocks into out[0..cap) (-ENOBUFS when short).
+    pub fn kvp_hash_blocks_cap(
+        algo: c_int,
+        parent: *const BlockHash,
+        keys: *const kvp_hash_keys,
+        tokens: *const u32,
+        ntokens: u32,
+        block_tokens: u32,
+        out: *mut BlockHash,
+        cap: u32,
+    ) -> c_int;
     /// Seeds XXH3-128 hashes process-wide.
     pub fn kvp_hash_set_xxh3_seed(seed: u64) -> c_int;
+    /// Sets the sha256_cbor profile's seed (vLLM's PYTHONHASHSEED).
+    pub fn kvp_hash_set_cbor_seed(seed: *const c_char) -> c_int;
+    /// vLLM's NONE_HASH for a seed.
+    pub fn kvp_hash_cbor_seed_root(seed: *const c_char, out: *mut BlockHash) -> c_int;
+    /// One sha256_cbor block with any extra keys.
+    pub fn kvp_hash_cbor_block(
+        parent: *const BlockHash,
+        tokens: *const u32,
+        ntokens: u32,
+        extra_keys: *const *const c_char,
+        nextra_keys: u32,
+        out: *mut BlockHash,
+    ) -> c_int;
+    /// The 64-bit form of a hash (its last 8 bytes, big-endian).
+    pub fn kvp_hash_to_u64(h: *const BlockHash) -> u64;
+    /// kvp_seq_commit whose STORED events carry info's tokens and keys.
+    pub fn kvp_seq_commit_ex(
+        m: *mut kvp_manager,
+        seq: u64,
+        hashes: *const BlockHash,
+        nhashes: u32,
+        info: *const kvp_commit_info,
+    ) -> c_int;
+    /// The medium every event of the manager names (NULL clears it).
+    pub fn kvp_manager_set_event_medium(m: *mut kvp_manager, medium: *const c_char) -> c_int;
+    /// Adds st into acc (counters summed, pool-wide values maxed).
+    pub fn kvp_stats_add(acc: *mut Stats, st: *const Stats);
     /// The number of leading hashes cached now (no reference taken).
     pub fn kvp_prefix_match(
         m: *mut kvp_manager,
@@ -418,5 +504,48 @@ mod tests {
         assert_eq!(size_of::<sys::kvp_append_info>(), 12);
         assert_eq!(&a.num_tokens as *const _ as usize - base, 4);
         assert_eq!(&a.new_blocks as *const _ as usize - base, 8);
+    }
+
+    /// struct kvp_event and struct kvp_commit_info on LP64.
+    #[test]
+    fn event_and_commit_info_layouts_match_c() {
+        use std::mem::{size_of, MaybeUninit};
+        use std::ptr::addr_of;
+        let e = MaybeUninit::<sys::kvp_event>::uninit();
+        let p = e.as_ptr();
+        let base = p as usize;
+        // SAFETY: addr_of! computes field addresses without reading.
+        let off = unsafe {
+            [
+                addr_of!((*p).hashes) as usize,
+                addr_of!((*p).parent) as usize,
+                addr_of!((*p).num_tokens) as usize,
+                addr_of!((*p).seq) as usize,
+                addr_of!((*p).token_ids) as usize,
+                addr_of!((*p).lora_id) as usize,
+                addr_of!((*p).nextra_keys) as usize,
+                addr_of!((*p).medium) as usize,
+                addr_of!((*p).priority) as usize,
+            ]
+        };
+        let off: Vec<usize> = off.iter().map(|a| a - base).collect();
+        assert_eq!(off, [8, 24, 36, 40, 48, 64, 80, 88, 96]);
+        assert_eq!(size_of::<sys::kvp_event>(), 104);
+        let c = MaybeUninit::<sys::kvp_commit_info>::uninit();
+        let p = c.as_ptr();
+        let base = p as usize;
+        // SAFETY: as above.
+        let off = unsafe {
+            [
+                addr_of!((*p).ntokens) as usize,
+                addr_of!((*p).lora_id) as usize,
+                addr_of!((*p).nextra_keys) as usize,
+                addr_of!((*p).ranges) as usize,
+                addr_of!((*p).nranges) as usize,
+            ]
+        };
+        let off: Vec<usize> = off.iter().map(|a| a - base).collect();
+        assert_eq!(off, [8, 24, 40, 48, 56]);
+        assert_eq!(size_of::<sys::kvp_commit_info>(), 64);
     }
 }

@@ -225,6 +225,48 @@ fn block_data_slices() {
 // -- a KV-cache manager: sequences, forks, exports ----------------------
 
 #[test]
+fn fork_n_parallel_samples() {
+    let pool = id_pool(64);
+    let m = Manager::new(&pool, &ManagerConfig::default()).unwrap();
+    m.create(1, 40).unwrap();
+    let before = m.info(1).unwrap();
+    m.fork_n(1, &[2, 3, 4]).unwrap();
+    let b1 = m.blocks(1).unwrap();
+    for id in 2..=4 {
+        assert_eq!(m.blocks(id).unwrap(), b1);
+        assert_eq!(m.info(id).unwrap().num_tokens, 40);
+    }
+    assert_eq!(m.info(1).unwrap().access_count, before.access_count + 1);
+    let before = m.info(1).unwrap();
+    m.fork_n_keep_source(1, &[5, 6]).unwrap();
+    let after = m.info(1).unwrap();
+    assert_eq!(
+        (after.last_access, after.access_count),
+        (before.last_access, before.access_count)
+    );
+    // All or nothing, in kvpool.h's order of errors.
+    assert_eq!(m.fork_n(1, &[7, 2]).unwrap_err().kind(), ErrorKind::Exists);
+    assert_eq!(m.fork_n(1, &[7, 7]).unwrap_err().kind(), ErrorKind::Exists);
+    assert_eq!(
+        m.fork_n(9, &[7, 8]).unwrap_err().kind(),
+        ErrorKind::NotFound
+    );
+    assert_eq!(m.fork_n(9, &[7, 2]).unwrap_err().kind(), ErrorKind::Exists);
+    assert_eq!(
+        m.fork_n(1, &[]).unwrap_err().kind(),
+        ErrorKind::InvalidArgument
+    );
+    assert_eq!(m.info(7).unwrap_err().kind(), ErrorKind::NotFound);
+    let st = m.stats();
+    assert_eq!((st.sequences, st.forks), (6, 5));
+    m.check().unwrap();
+    for id in 1..=6 {
+        m.free(id).unwrap();
+    }
+    assert_eq!(pool.stats().used, 0);
+}
+
+#[test]
 fn sequences_fork_cow_exports() {
     let pool = id_pool(64);
     let m = Manager::new(&pool, &ManagerConfig::default()).unwrap();

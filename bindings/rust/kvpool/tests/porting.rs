@@ -160,6 +160,29 @@ fn k_only_pool() {
 // -- errors -----------------------------------------------------------------
 
 #[test]
+fn buffer_too_small_is_its_own_error() {
+    let pool = id_pool(64, 16);
+    let m = Manager::new(&pool, &ManagerConfig::default()).unwrap();
+    m.create(7, 16 * 7).unwrap();
+    let mut ids = [0u32; 4];
+    let mut n = 0u32;
+    // SAFETY: ids has room for 4 entries; m lives.
+    let rc = unsafe { kvpool::sys::kvp_seq_blocks(m.as_ptr(), 7, ids.as_mut_ptr(), 4, &mut n) };
+    let e = kvpool::Error::from_rc(rc);
+    assert_eq!(e.kind(), ErrorKind::BufferTooSmall);
+    assert_eq!(e.errno(), 105);
+    assert!(e.is_buffer_too_small());
+    assert_eq!((e.requested(), e.available()), (Some(7), Some(4)));
+    assert_eq!(e.message(), "the caller's buffer is too small");
+    assert_eq!(
+        e.to_string(),
+        "kvpool: the caller's buffer is too small: 7 entries needed, room for 4 (errno 105)"
+    );
+    // The crate's own calls size their buffers.
+    assert_eq!(m.blocks(7).unwrap().len(), 7);
+}
+
+#[test]
 fn no_space_says_how_much() {
     let pool = id_pool(8, 16);
     let held = pool.alloc(6).unwrap();
