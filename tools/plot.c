@@ -135,6 +135,11 @@ static void plot_script(FILE *g, const char *png, const char *title,
 	if (xflags & PLOT_LOGX)
 		fputs("set logscale x\n", g);
 	x_range(p, np, &lo, &hi);
+	if (lo == hi) { /* one x (one thread count): gnuplot refuses an
+			   empty range */
+		lo = lo > 0 ? lo / 2 : lo - 1;
+		hi = hi > 0 ? hi * 2 : hi + 1;
+	}
 	fprintf(g, "set xrange [%.17g:%.17g]\n", lo, hi);
 	if (xflags & PLOT_XTICS)
 		x_tics(g, p, np);
