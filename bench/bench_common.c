@@ -10,6 +10,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -18,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 #include <unistd.h>
 
 #include "bench_common.h"
@@ -679,4 +681,82 @@ double bench_measure(unsigned nthreads, double seconds,
 	free(args);
 	free(w);
 	return mops;
+}
+
+/* ------------------------------------------------------------- placement */
+
+#define C2C_ROUNDS 4000u
+
+static _Alignas(BENCH_CACHE_LINE) _Atomic uint64_t c2c_flag;
+
+static bool pin_to(int cpu)
+{
+	cpu_set_t set;
+
+	CPU_ZERO(&set);
+	CPU_SET(cpu, &set);
+	return pthread_setaffinity_np(pthread_self(), sizeof(set), &set) == 0;
+}
+
+/* CPU 1's side: answers round i's 2i + 1 with 2i + 2. */
+static void *c2c_pong(void *arg)
+{
+	bool *pinned = arg;
+
+	*pinned = pin_to(1);
+	for (uint64_t i = 0; i < C2C_ROUNDS; i++) {
+		while (atomic_load_explicit(&c2c_flag, memory_order_acquire) !=
+		       2 * i + 1)
+			__builtin_ia32_pause();
+		atomic_store_explicit(&c2c_flag, 2 * i + 2,
+				      memory_order_release);
+	}
+	return NULL;
+}
+
+double bench_c2c_ns(void)
+{
+	cpu_set_t old;
+	pthread_t t;
+	bool pinned = false;
+	int64_t t0 = 0;
+	double ns;
+
+	if (sysconf(_SC_NPROCESSORS_ONLN) < 2 ||
+	    pthread_getaffinity_np(pthread_self(), sizeof(old), &old) != 0)
+		return -1;
+	if (!pin_to(0))
+		return -1;
+	atomic_store(&c2c_flag, 0);
+	bench_thread_create(&t, c2c_pong, &pinned);
+	for (uint64_t i = 0; i < C2C_ROUNDS; i++) {
+		if (i == C2C_ROUNDS / 4)
+			t0 = now_ns(); /* past the start-up */
+		atomic_store_explicit(&c2c_flag, 2 * i + 1,
+				      memory_order_release);
+		while (atomic_load_explicit(&c2c_flag, memory_order_acquire) !=
+		       2 * i + 2)
+			__builtin_ia32_pause();
+	}
+	ns = (double)(now_ns() - t0) /
+	     (2.0 * (C2C_ROUNDS - C2C_ROUNDS / 4));
+	bench_thread_join(t);
+	(void)pthread_setaffinity_np(pthread_self(), sizeof(old), &old);
+	return pinned ? ns : -1;
+}
+
+enum bench_place bench_place_of(double before, double after)
+{
+	if (before < 0 || after < 0)
+		return BENCH_UNKNOWN;
+	if ((before < BENCH_FAR_NS) != (after < BENCH_FAR_NS))
+		return BENCH_MOVED;
+	return before < BENCH_FAR_NS ? BENCH_NEAR : BENCH_FAR;
+}
+
+const char *bench_place_name(enum bench_place p)
+{
+	static const char *const name[] = {"near", "far", "moved", "unknown"};
+
+	return name[p];
 }

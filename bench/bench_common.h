@@ -227,6 +227,29 @@ void bench_targets_summary(void);
 /* Prints the share of the CPU other processes take now (0.2 s sample). */
 void bench_report_busy(const char *when);
 
+/* ------------------------------------------------------------- placement */
+
+/*
+ * Where the host put the two CPUs: the one-way time, in ns, a cache line
+ * takes between CPU 0 and CPU 1 (a ping-pong of one atomic word, the
+ * calling thread pinned to CPU 0 for the probe and restored after it).
+ * The host moves a VM's vCPUs: next to each other a line moves in about
+ * 30 ns, apart in 100 ns or more, and every line two threads share costs
+ * that much more.  -1 if the machine has fewer than 2 CPUs or a thread
+ * could not be pinned.
+ */
+double bench_c2c_ns(void);
+
+/* The probe's verdict: near below BENCH_FAR_NS, far from it on. */
+#define BENCH_FAR_NS 60.0
+
+enum bench_place { BENCH_NEAR, BENCH_FAR, BENCH_MOVED, BENCH_UNKNOWN };
+
+/* A 2-thread run's placement from the probes before and after it: near
+ * or far when both agree, moved when they do not. */
+enum bench_place bench_place_of(double before, double after);
+const char *bench_place_name(enum bench_place p);
+
 /* ------------------------------------------------------------------- CSV */
 
 /* Opens path for writing ("-" is stdout), NULL if path is NULL; exits 1

@@ -24,8 +24,9 @@
  * blocks are then cached ones, and allocations evict (the steady state of
  * a serving engine); the run fails unless at least a fifth of the blocks
  * allocated were evicted ones (the rest: copies, partial blocks, and the
- * blocks each reset frees as never-cached ones, which dominate under
- * TSan's slowdown).  With --retain 1 commits give a random leading range
+ * blocks each reset frees as never-cached ones; resets are then paced by
+ * the pool's allocations, one per 8 pools' worth, so that their share
+ * does not grow with a slow build's slowdown).  With --retain 1 commits give a random leading range
  * of their tokens a random retention priority (pins included, the
  * managers' pin cap small), for no time or a few ticks, and workers
  * advance the retention clocks: expiries, demotions and raises race the
@@ -578,19 +579,40 @@ static void *worker_main(void *arg)
 /* Resets the prefix caches now and then (mostly the quieter manager). */
 static _Atomic uint64_t resets_ok, resets_busy;
 
+/* --full: whether the pool's allocations grew by 8 pools' worth since
+ * *last, which then moves up to now. */
+static bool reset_due(uint64_t *last)
+{
+	struct kvp_pool_stats st;
+
+	kvp_pool_stats(pool, &st);
+	if (*last == 0)
+		*last = st.allocs;
+	if (st.allocs - *last < 8ull * num_blocks)
+		return false;
+	*last = st.allocs;
+	return true;
+}
+
 static void *resetter_main(void *arg)
 {
 	uint64_t seed = (uint64_t)(uintptr_t)arg;
 
+	uint64_t last = 0;
+
 	while (!atomic_load_explicit(&stop, memory_order_relaxed)) {
-		/* --full: rarer, or a reset, which frees every idle cached
-		 * block as a never-cached one, would leave little to evict. */
 		long ns = 100000 + (long)(rnd(&seed) % 400000);
-		struct timespec ts = {0, full_mode ? 50 * ns : ns};
+		struct timespec ts = {0, ns};
 		int mi = nmgr == 2 && rnd(&seed) % 4 ? 1 : 0;
 		int err;
 
 		nanosleep(&ts, NULL);
+		/* --full: a reset frees every idle cached block as a
+		 * never-cached one; paced by the work (a reset per 8 pools'
+		 * worth of allocations), not by the clock, those stay a small
+		 * share of what the run allocates however slow the build. */
+		if (full_mode && !reset_due(&last))
+			continue;
 		err = kvp_prefix_reset(mgr[mi]);
 		if (err == 0)
 			atomic_fetch_add_explicit(&resets_ok, 1,
