@@ -52,6 +52,17 @@ check_rate() { # check_rate TRACE BLOCK_TOKENS MODELS THREADS [sim options]
 	fi
 }
 
+# The option, malformed-input, help and output checks run the CLI's
+# single-threaded parsing and writing: under TSan, which has nothing to
+# find there and makes each of the 99 runs cost a second, they are
+# skipped with one line (they run in every other flavour).
+cli_checks() {
+	[ "${KVP_SANITIZER:-none}" != tsan ]
+}
+cli_checks || echo "SKIP: test_sim: under TSan the option, malformed-input," \
+	"help and output checks are skipped (single-threaded CLI code;" \
+	"every other flavour runs them)"
+
 # ---- exact hit rates
 for bt in 16 7 512 600; do
 	for m in 1 2; do
@@ -73,6 +84,7 @@ c=$("$kv" sim --trace "$tmp/synth.jsonl" --blocks 0 --json | "$py" -c \
 [ -n "$a" ] && [ "$a" = "$c" ] && ok "synthetic == its dump ($a)" ||
 	bad "synthetic ($a) != its dump ($c)"
 
+if cli_checks; then
 # ---- malformed lines: FILE:LINE, status 2, nothing on stdout
 good='{"timestamp": 0, "input_length": 100, "output_length": 5, "hash_ids": [1]}'
 malformed() { # malformed NAME LINE EXPECTED-MESSAGE (file from stdin)
@@ -155,6 +167,7 @@ for caps in abc 400,,800 400, -1; do
 		bad "--capacities $caps: $(cat "$tmp/stderr")"
 done
 
+fi # cli_checks
 # ---- the policies' sweep: a header and policies x capacities rows
 "$kv" sim --trace "$small" --sweep-policies --capacities 400,800,100000 \
 	>"$tmp/sweep.csv" 2>"$tmp/stderr"
@@ -171,6 +184,7 @@ else
 	echo "skip: the PNG (gnuplot is not installed; the FILE.gp scripts below are checked)"
 fi
 
+if cli_checks; then
 # ---- what the plots draw (FILE.gp: the script, no gnuplot needed): the
 # sweep, both managers' hit rate and throughput by capacity (four policy
 # curves on top of each other were its default); the policies only when
@@ -278,6 +292,7 @@ rows_early "$tmp/early.csv" --requests 2000 --sweep-capacity \
 	ok "--sweep-capacity --csv: rows while the sweep runs" ||
 	bad "--sweep-capacity --csv: no row before the end"
 
+fi # cli_checks
 # ---- the comparing sweep: a table row and a CSV row per capacity; with
 # one thread and an unlimited pool both peers do identical work, so the
 # same hit rate
@@ -359,6 +374,7 @@ else
 	bad "retention sweep: $(cat "$tmp/ret.csv" "$tmp/stderr" "$tmp/msg" 2>/dev/null)"
 fi
 
+if cli_checks; then
 # ---- honest limits and outputs (each failed before its fix)
 # one_line STATUS PATTERN ARGS...: kvpool sim exits STATUS with one stderr
 # line matching PATTERN (a bounded run: timeout 60 s).
@@ -485,5 +501,6 @@ usage_status 2 bench --threads " -1"
 usage_status 2 bench --workloads ""
 usage_status 2 bench --workloads ,
 
+fi # cli_checks
 echo "test_sim: $passed passed, $failed failed"
 [ $failed -eq 0 ]
