@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "manager.h"
+#include "seqfields.h"
 
 enum { KV_K = 0, KV_V = 1 };
 

@@ -12,6 +12,7 @@
 
 #include "error.h"
 #include "manager.h"
+#include "seqfields.h"
 
 /* The longest table among seqs, or -ENOENT. */
 static int max_blocks(struct kvp_manager *m, const uint64_t *seqs,

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "kvpool.h"
+#include "seqfields.h"
 #include "seqmem.h"
 
 /*

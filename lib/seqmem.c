@@ -94,6 +94,7 @@
 #include "mgrstat.h"
 #include "rcu.h"
 #include "registry.h"
+#include "seqfields.h"
 #include "seqmem.h"
 #include "seqmap.h"
 #include "tcache.h"

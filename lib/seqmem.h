@@ -17,7 +17,8 @@
  *
  * Synchronisation: seqmem_take, seqmem_give, seqmem_note, seq_acquire,
  * seq_prefetch and kvp_thread_flush may run at once in any threads (not
- * inside a read-side section); a struct is locked with seq_lock().
+ * inside a read-side section); a struct is locked with seq_lock()
+ * (seqfields.h).
  * seqmem_close takes the registry lock itself; seqmem_fini needs every
  * other thread done with the manager.
  */
@@ -154,41 +155,6 @@ struct seqmem {
 	uint32_t untrimmed;
 	struct rcu_head reclaim_rcu, kick_rcu;
 };
-
-static inline uint32_t seq_tokens(const struct kvp_seq *s)
-{
-	return atomic_load_explicit(&s->num_tokens, memory_order_relaxed);
-}
-
-static inline void seq_set_tokens(struct kvp_seq *s, uint32_t tokens)
-{
-	atomic_store_explicit(&s->num_tokens, tokens, memory_order_relaxed);
-}
-
-
-static inline void seq_lock(struct kvp_seq *s)
-{
-	unsigned spins = 0;
-
-	/* Acquire: pairs with seq_unlock()'s release. */
-	while (atomic_exchange_explicit(&s->lock, 1, memory_order_acquire)) {
-		while (atomic_load_explicit(&s->lock, memory_order_relaxed)) {
-			/* The holder may be descheduled (more threads than
-			 * cores): stop burning its CPU after a while. */
-			if (++spins > 64) {
-				sched_yield();
-				spins = 0;
-			} else {
-				kvp_cpu_relax();
-			}
-		}
-	}
-}
-
-static inline void seq_unlock(struct kvp_seq *s)
-{
-	atomic_store_explicit(&s->lock, 0, memory_order_release);
-}
 
 /*
  * A thread's mark while it uses a lookup-cache entry (seqmem.c's
