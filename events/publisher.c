@@ -749,6 +749,7 @@ static int sockets_open(struct kvp_pub *p, const struct kvp_pub_config *cfg)
 		.sub_bytes = p->cfg.sub_bytes,
 		.pub_bytes = p->cfg.pub_bytes,
 		.stall_ms = p->cfg.stall_ms,
+		.linger_ms = LINGER_MS,
 	};
 	int rc = kvpe_pubsock_open(p->zctx, &pc, &p->sock);
 

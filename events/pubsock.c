@@ -109,12 +109,16 @@ static void payload_sent(void *data, void *hint)
 	kvpe_payload_unref(pl);
 }
 
-/* The mark, the overflow check, and what a subscriber may send or
- * withhold (see above). */
+/* The mark, the overflow check, what a subscriber may send or withhold
+ * (see above), and the linger: set before the bind, as libzmq copies a
+ * socket's options into each connection when it is made (one set at
+ * close leaves a connection whose subscriber reads nothing with the
+ * default, forever: zmq_ctx_term then never returns). */
 static int sock_opts(void *s, const struct kvpe_pubsock_cfg *cfg)
 {
 	uint64_t h = cfg->sub_bytes / KVPE_BATCH_MAX;
 	int one = 1, rcvhwm = SUB_RCVHWM, maxrt = (int)cfg->stall_ms, hwm;
+	int linger = cfg->linger_ms;
 	int64_t maxmsg = SUB_MAXMSG;
 
 	h = h ? h : 1;
@@ -125,7 +129,8 @@ static int sock_opts(void *s, const struct kvpe_pubsock_cfg *cfg)
 	    zmq_setsockopt(s, ZMQ_XPUB_NODROP, &one, sizeof(one)) ||
 	    zmq_setsockopt(s, ZMQ_RCVHWM, &rcvhwm, sizeof(rcvhwm)) ||
 	    zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &maxmsg, sizeof(maxmsg)) ||
-	    zmq_setsockopt(s, ZMQ_TCP_MAXRT, &maxrt, sizeof(maxrt)))
+	    zmq_setsockopt(s, ZMQ_TCP_MAXRT, &maxrt, sizeof(maxrt)) ||
+	    zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof(linger)))
 		return kvpe_zmq_errno();
 	return 0;
 }

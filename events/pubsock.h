@@ -28,6 +28,7 @@ struct kvpe_pubsock_cfg {
 	uint64_t pub_bytes; /* queued for all subscribers at most */
 	uint32_t stall_ms;  /* a subscriber taking no byte that long is
 			       disconnected */
+	int linger_ms;	    /* at close, sent batches may go this long */
 };
 
 struct kvpe_pubsock_stats {

@@ -408,6 +408,12 @@ struct kvp_manager_config {
  * watermark of 0 keeps no block free at admission.  Without the flag a
  * 0 in either field means its default, as it always has. */
 #define KVP_EXACT_LIMITS (1u << 1)
+/* With KVP_PREFIX_CACHE (else -EINVAL): a kvp_seq_create_cached that
+ * reuses cached blocks reports them to the event callback as one STORED
+ * event (ev->reused 1), as vLLM's emit_cached_block_events does, so that
+ * a router that missed their first STORED learns of them.  Off by
+ * default: a router fed every commit needs none of these events. */
+#define KVP_EMIT_CACHED_EVENTS (1u << 2)
 
 struct kvp_manager;
 
@@ -1142,8 +1148,13 @@ struct kvp_event {
 	const char *medium;
 	/* STORED: the retention priority the commit gave the blocks (one
 	 * event per run of one priority; KVP_RETAIN_DEFAULT without
-	 * retention); 0 for other events. */
+	 * retention); 0 for other events and for a reuse's STORED. */
 	uint32_t priority;
+	/* STORED: 1 when the event reports cached blocks that a
+	 * kvp_seq_create_cached reused (KVP_EMIT_CACHED_EVENTS): hashes are
+	 * the hit's, from the root (parent NULL), no tokens, LoRA or extra
+	 * keys; 0 for a commit's STORED and for other events. */
+	uint32_t reused;
 };
 
 typedef void (*kvp_event_cb)(const struct kvp_event *ev, void *arg);
@@ -1190,7 +1201,10 @@ KVP_API int kvp_manager_set_event_medium(struct kvp_manager *m,
 /*
  * Sets (cb NULL: clears) the manager's event callback.  It is called
  * synchronously by the thread whose call caused the event: STORED from
- * kvp_seq_commit, REMOVED from any allocation on the pool (any manager's),
+ * kvp_seq_commit (and from kvp_seq_create_cached's hits with
+ * KVP_EMIT_CACHED_EVENTS: a block already stored, reported again while
+ * the new sequence holds it, so never after its REMOVED), REMOVED from
+ * any allocation on the pool (any manager's),
  * CLEARED from kvp_prefix_reset; so concurrently from several threads, but
  * for one hash always in the order the events happened (a block is stored
  * before it can be evicted, and a hash is stored again only after its

@@ -24,7 +24,8 @@
 
 #define KVP_DEFAULT_EVICTION_THRESHOLD 0.9f
 #define KVP_DEFAULT_WATERMARK 0.01f
-#define KVP_MANAGER_KNOWN_FLAGS (KVP_PREFIX_CACHE | KVP_EXACT_LIMITS)
+#define KVP_MANAGER_KNOWN_FLAGS                                              \
+	(KVP_PREFIX_CACHE | KVP_EXACT_LIMITS | KVP_EMIT_CACHED_EVENTS)
 
 /* ------------------------------------------------------------------ */
 /* Managers                                                            */
@@ -100,6 +101,10 @@ static int validate_manager_config(const struct kvp_manager_config *cfg)
 	if (isnan(cfg->watermark) || cfg->watermark < 0 || cfg->watermark >= 1)
 		return -EINVAL;
 	if (cfg->flags & ~KVP_MANAGER_KNOWN_FLAGS)
+		return -EINVAL;
+	/* Cached-block events need a cache. */
+	if ((cfg->flags & KVP_EMIT_CACHED_EVENTS) &&
+	    !(cfg->flags & KVP_PREFIX_CACHE))
 		return -EINVAL;
 	if (cfg->max_pinned > cfg->pool->num_blocks)
 		return -EINVAL;

@@ -224,6 +224,29 @@ static void seq_init(struct kvp_seq *s, uint64_t id, uint32_t tokens,
 }
 
 /*
+ * The STORED event of a hit's n blocks (KVP_EMIT_CACHED_EVENTS), which a
+ * new sequence, not yet alive, holds: no free can release them, so no
+ * REMOVED of theirs comes first; and the event lock orders it after the
+ * STORED of the commit that cached them (a commit emits before it
+ * releases that lock).
+ */
+static void emit_reused(struct kvp_manager *m, const struct kvp_hash *hashes,
+			uint32_t n)
+{
+	struct kvp_event ev;
+
+	memset(&ev, 0, sizeof(ev));
+	ev.type = KVP_EVENT_STORED;
+	ev.hashes = hashes;
+	ev.nhashes = n;
+	ev.lora_id = -1;
+	ev.reused = 1;
+	prefix_events_begin(&m->prefix);
+	prefix_emit_event(&m->prefix, &ev);
+	prefix_events_end(&m->prefix);
+}
+
+/*
  * kvp_seq_create and kvp_seq_create_cached: a sequence of num_tokens whose
  * first blocks are the cached ones for hashes[0..limit) (limit 0: none),
  * the rest freshly allocated.  *hits receives the number of hit blocks.
@@ -270,6 +293,8 @@ int seq_create(struct kvp_manager *m, uint64_t id, uint32_t num_tokens,
 	}
 	sink_init(&sk, m);
 	btable_append(&s->table, m->pool, ids, nb, &sk);
+	if (h && (m->flags & KVP_EMIT_CACHED_EVENTS))
+		emit_reused(m, hashes, h);
 	seq_init(s, id, num_tokens, 0, false, h, h, false);
 	seq_bring_alive(m, s);
 	stat_add(m, creates, 1);

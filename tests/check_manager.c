@@ -223,7 +223,9 @@ START_TEST(test_mgr_create_bad_config)
 	ADD_CASE("policy 4", 4, 0.0f, 0.0f, 0);
 	ADD_CASE("policy 100", 100, 0.0f, 0.0f, 0);
 	ADD_CASE("policy -1", -1, 0.0f, 0.0f, 0);
-	ADD_CASE("flags bit 2 (unknown)", 0, 0.0f, 0.0f, 1u << 2);
+	ADD_CASE("flags bit 3 (unknown)", 0, 0.0f, 0.0f, 1u << 3);
+	ADD_CASE("KVP_EMIT_CACHED_EVENTS without KVP_PREFIX_CACHE", 0, 0.0f,
+		 0.0f, KVP_EMIT_CACHED_EVENTS);
 	ADD_CASE("flags bit 31", 0, 0.0f, 0.0f, 1u << 31);
 	ADD_CASE("threshold 1.0001", 0, 1.0001f, 0.0f, 0);
 	ADD_CASE("threshold 1.5", 0, 1.5f, 0.0f, 0);

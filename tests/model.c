@@ -534,7 +534,11 @@ int model_manager_config_rc(const struct kvp_manager_config *cfg,
 		return -EINVAL; /* NaN fails both */
 	if (!(cfg->watermark >= 0 && cfg->watermark < 1))
 		return -EINVAL;
-	if (cfg->flags & ~(KVP_PREFIX_CACHE | KVP_EXACT_LIMITS))
+	if (cfg->flags &
+	    ~(KVP_PREFIX_CACHE | KVP_EXACT_LIMITS | KVP_EMIT_CACHED_EVENTS))
+		return -EINVAL;
+	if ((cfg->flags & KVP_EMIT_CACHED_EVENTS) &&
+	    !(cfg->flags & KVP_PREFIX_CACHE))
 		return -EINVAL;
 	return 0;
 }

@@ -4,6 +4,9 @@
 # one process (CK_FORK=no), through libtool so that the uninstalled
 # libkvpool is the one checked.  Any error or definite leak fails the run;
 # tests/valgrind.supp silences liburcu's and glibc's own reports only.
+# --fair-sched=yes: valgrind runs one thread at a time, and its default
+# lock lets a thread that spins (a test waiting on another, an adaptive
+# mutex) take its turn back before the others run.
 # Prints one line per program and a closing "N passed, N failed".
 set -u
 b=${top_builddir:-.}
@@ -25,7 +28,8 @@ for t in check_pool check_manager check_data check_errors check_hash \
 	log="$b/tests/$t.valgrind.log"
 	t0=$(date +%s)
 	if CK_FORK=no CK_DEFAULT_TIMEOUT=600 $libtool --mode=execute \
-		valgrind --quiet --error-exitcode=99 --leak-check=full $vgopts \
+		valgrind --quiet --error-exitcode=99 --leak-check=full \
+		--fair-sched=yes $vgopts \
 		--errors-for-leak-kinds=definite --show-leak-kinds=definite \
 		--suppressions="$s/tests/valgrind.supp" \
 		--gen-suppressions=all \

@@ -185,6 +185,7 @@ struct kvp_event {
     uint32_t nextra_keys;
     const char *medium;
     uint32_t priority;
+    uint32_t reused;
 };
 typedef void (*kvp_event_cb)(const struct kvp_event *ev, void *arg);
 int kvp_manager_set_event_cb(struct kvp_manager *m, kvp_event_cb cb, void *arg);

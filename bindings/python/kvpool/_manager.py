@@ -9,7 +9,8 @@ from ._core import Pool
 from ._ffi import ffi, lib
 from ._hash import _hashes
 from ._types import (_EVENT_TYPES, _POLICY_NAMES, AppendInfo, Copy, Event,
-                     EXACT_LIMITS, FORK_KEEP_SOURCE, MAX_MEDIUM, MAX_NAME, NO_BLOCK,
+                     EMIT_CACHED_EVENTS, EXACT_LIMITS, FORK_KEEP_SOURCE,
+                     MAX_MEDIUM, MAX_NAME, NO_BLOCK,
                      PREFIX_CACHE, RETAIN_PIN, SeqInfo, Stats, _check, _f32,
                      _fill, _out, _policy, _result, _scratch, _SMALL, _tls,
                      _u32, _u64, np)
@@ -36,6 +37,10 @@ class Manager(_args.Handle):
     [0, 1)) are taken as given, 0 included (KVP_EXACT_LIMITS).  The
     policy ("lru", "lfu", "longest", "priority") may be changed at any
     time: set_policy() or `manager.policy = "lfu"`.
+    emit_cached_events=True (needs prefix_cache=True;
+    KVP_EMIT_CACHED_EVENTS) also reports the cached blocks a create_cached reuses to the event
+    callback, as one "stored" event with reused True (vLLM's
+    emit_cached_block_events).
     """
 
     _m = ffi.NULL
@@ -52,7 +57,7 @@ class Manager(_args.Handle):
 
     def __init__(self, pool, policy="lru", eviction_threshold=0.9,
                  watermark=0.01, prefix_cache=False, max_pinned=0,
-                 name=None):
+                 name=None, emit_cached_events=False):
         _args.Handle.__init__(self)
         w = "Manager"
         _args.instance(w, "pool", pool, Pool)
@@ -63,6 +68,11 @@ class Manager(_args.Handle):
         cfg.watermark = _args.real(w, "watermark", watermark, 0, 1,
                                    hi_open=True)
         cfg.flags = (PREFIX_CACHE if prefix_cache else 0) | EXACT_LIMITS
+        if emit_cached_events:
+            if not prefix_cache:
+                raise InvalidArgument(22, "Manager: emit_cached_events "
+                                      "needs prefix_cache=True")
+            cfg.flags |= EMIT_CACHED_EVENTS
         cfg.max_pinned = _args.integer(w, "max_pinned", max_pinned)
         if name is not None:
             cname = ffi.new("char[]", _args.label(w, "name", name, MAX_NAME))
@@ -673,7 +683,7 @@ def _event(ev):
     return Event(_EVENT_TYPES.get(ev.type, str(ev.type)), hs, parent,
                  ev.block_tokens, ev.num_tokens, ev.seq, toks, lora,
                  ev.lora_id if stored and ev.lora_id >= 0 else None, extra,
-                 medium, ev.priority)
+                 medium, ev.priority, bool(ev.reused))
 
 
 def _strings(where, name, values, keep):

@@ -39,7 +39,7 @@ HASH_ALGOS = {
 ADMIT_OK, ADMIT_LATER, ADMIT_NEVER = 0, 1, 2
 _EVENT_TYPES = {0: "stored", 1: "removed", 2: "cleared"}
 POOL_ZERO, POOL_NOCACHE, POOL_K_ONLY = 1, 2, 4
-PREFIX_CACHE, EXACT_LIMITS = 1, 2
+PREFIX_CACHE, EXACT_LIMITS, EMIT_CACHED_EVENTS = 1, 2, 4
 FORK_KEEP_SOURCE = 1  # kvp_seq_fork_n's flag
 #: kvp_append_info.last_block when the sequence holds no block.
 NO_BLOCK = 0xFFFFFFFF
@@ -163,7 +163,9 @@ class Event:
     of them), lora_name, lora_id and extra_keys, else None, None, None
     and (); priority is the retention the commit gave the blocks (0 by
     default).  medium is the manager's (Manager.set_event_medium), None
-    if unset.
+    if unset.  reused is True for a "stored" event that reports the
+    cached blocks a creation reused (Manager(emit_cached_events=True)):
+    hashes from the root, no tokens.
     """
     type: str
     hashes: List[bytes]
@@ -177,6 +179,7 @@ class Event:
     extra_keys: tuple = ()
     medium: Optional[str] = None
     priority: int = 0
+    reused: bool = False
 
 
 def _fill(cls, c):

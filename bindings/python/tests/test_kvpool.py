@@ -445,6 +445,38 @@ class TestPrefix(unittest.TestCase):
         m.close()
         pool.close()
 
+    def test_emit_cached_events(self):
+        with kvpool.Pool(16, block_tokens=4) as pool, \
+                kvpool.Manager(pool, prefix_cache=True,
+                               emit_cached_events=True) as m:
+            got = []
+            m.set_event_callback(got.append)
+            h = kvpool.hash_blocks(range(13), 4)
+            with m.create_cached(1, h, 13) as s:
+                s.commit(h)
+            self.assertEqual([(e.type, e.reused) for e in got],
+                             [("stored", False)])
+            with m.create_cached(2, h, 13) as s:
+                self.assertEqual(s.cached_tokens, 12)
+            self.assertEqual(len(got), 2)
+            self.assertEqual((got[1].type, got[1].hashes, got[1].parent,
+                              got[1].reused), ("stored", list(h), None, True))
+            with self.assertRaisesRegex(kvpool.InvalidArgument,
+                                        "emit_cached_events needs "
+                                        "prefix_cache"):
+                kvpool.Manager(pool, emit_cached_events=True)
+        # Off by default: a hit reports nothing.
+        with kvpool.Pool(16, block_tokens=4) as pool, \
+                kvpool.Manager(pool, prefix_cache=True) as m:
+            got = []
+            m.set_event_callback(got.append)
+            h = kvpool.hash_blocks(range(13), 4)
+            with m.create_cached(1, h, 13) as s:
+                s.commit(h)
+            with m.create_cached(2, h, 13) as s:
+                self.assertEqual(s.cached_tokens, 12)
+            self.assertEqual(len(got), 1)
+
     def test_reset_event(self):
         with kvpool.Pool(16, block_tokens=4) as pool, \
                 kvpool.Manager(pool, prefix_cache=True) as m:

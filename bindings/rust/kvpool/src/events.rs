@@ -45,6 +45,10 @@ pub struct Event<'a> {
     pub medium: Option<&'a str>,
     /// Stored: the retention priority the commit gave the blocks.
     pub priority: u32,
+    /// Stored: the event reports cached blocks a creation reused
+    /// ([`ManagerConfig::emit_cached_events`](crate::ManagerConfig)):
+    /// hashes from the root, no tokens.
+    pub reused: bool,
     extra: &'a [*const c_char],
 }
 
@@ -104,6 +108,7 @@ unsafe extern "C" fn event_trampoline(ev: *const sys::kvp_event, arg: *mut c_voi
         },
         medium: opt_str(e.medium),
         priority: e.priority,
+        reused: e.reused != 0,
         extra: if stored && !e.extra_keys.is_null() {
             std::slice::from_raw_parts(e.extra_keys, e.nextra_keys as usize)
         } else {

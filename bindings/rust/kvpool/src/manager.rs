@@ -64,6 +64,12 @@ pub struct ManagerConfig {
     pub max_pinned: u32,
     /// The `manager` label of its metrics; None = its id.
     pub name: Option<String>,
+    /// Report the cached blocks a [`Manager::create_cached`] reuses to
+    /// the event callback, as one stored event with
+    /// [`Event::reused`](crate::Event::reused) set
+    /// (`KVP_EMIT_CACHED_EVENTS`, vLLM's emit_cached_block_events);
+    /// needs `prefix_cache`.  Default off.
+    pub emit_cached_events: bool,
 }
 
 impl Default for ManagerConfig {
@@ -75,6 +81,7 @@ impl Default for ManagerConfig {
             prefix_cache: false,
             max_pinned: 0,
             name: None,
+            emit_cached_events: false,
         }
     }
 }
@@ -115,6 +122,12 @@ impl ManagerConfig {
         self.name = Some(name.to_string());
         self
     }
+    /// Report reused cached blocks as stored events (needs a prefix
+    /// cache).
+    pub fn emit_cached_events(mut self, on: bool) -> ManagerConfig {
+        self.emit_cached_events = on;
+        self
+    }
     /// kvp_manager_create's rules, each refusal naming the field.
     fn check(&self, pool_blocks: u32) -> Result<()> {
         let t = self.eviction_threshold;
@@ -126,6 +139,11 @@ impl ManagerConfig {
         let w = self.watermark;
         if !(0.0..1.0).contains(&w) {
             return Err(Error::invalid_arg("Manager: watermark must be in [0, 1)"));
+        }
+        if self.emit_cached_events && !self.prefix_cache {
+            return Err(Error::invalid_arg(
+                "Manager: emit_cached_events needs prefix_cache",
+            ));
         }
         if self.max_pinned > pool_blocks {
             return Err(Error::invalid_arg(
@@ -320,11 +338,17 @@ impl Manager {
             policy: cfg.policy as c_int,
             eviction_threshold: cfg.eviction_threshold,
             watermark: cfg.watermark,
-            flags: if cfg.prefix_cache {
-                sys::KVP_PREFIX_CACHE | sys::KVP_EXACT_LIMITS
-            } else {
-                sys::KVP_EXACT_LIMITS
-            },
+            flags: sys::KVP_EXACT_LIMITS
+                | if cfg.prefix_cache {
+                    sys::KVP_PREFIX_CACHE
+                } else {
+                    0
+                }
+                | if cfg.emit_cached_events {
+                    sys::KVP_EMIT_CACHED_EVENTS
+                } else {
+                    0
+                },
             max_pinned: cfg.max_pinned,
             name: name.as_ref().map_or(ptr::null(), |n| n.as_ptr()),
         };
@@ -370,6 +394,7 @@ impl Manager {
             prefix_cache: c.flags & sys::KVP_PREFIX_CACHE != 0,
             max_pinned: c.max_pinned,
             name,
+            emit_cached_events: c.flags & sys::KVP_EMIT_CACHED_EVENTS != 0,
         }
     }
 

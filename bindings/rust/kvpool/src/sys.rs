@@ -19,6 +19,9 @@ pub const KVP_FORK_KEEP_SOURCE: u32 = 1 << 0;
 /// `KVP_EXACT_LIMITS`: the threshold and watermark are taken as
 /// given, 0 included (without it 0 means the default).
 pub const KVP_EXACT_LIMITS: u32 = 1 << 1;
+/// `KVP_EMIT_CACHED_EVENTS`: a creation's reused cached blocks are
+/// reported as one stored event (needs `KVP_PREFIX_CACHE`).
+pub const KVP_EMIT_CACHED_EVENTS: u32 = 1 << 2;
 /// `KVP_NO_BLOCK`: no block (`kvp_append_info.last_block`).
 pub const KVP_NO_BLOCK: u32 = u32::MAX;
 /// `KVP_EVICT_PARTIAL`: kvp_evict_until stopped before its target.
@@ -149,6 +152,8 @@ pub struct kvp_event {
     pub medium: *const c_char,
     /// Stored: the retention priority the blocks got.
     pub priority: u32,
+    /// Stored: 1 when it reports cached blocks a creation reused.
+    pub reused: u32,
 }
 /// `struct kvp_commit_info`: what a commit tells the event callback.
 #[repr(C)]

@@ -140,6 +140,30 @@ fn events_carry_what_the_commit_gave() {
 }
 
 #[test]
+fn emit_cached_events_reports_reused_blocks() {
+    let pool = Pool::new(&PoolConfig::new(16, 16)).unwrap();
+    let cfg = ManagerConfig::new().emit_cached_events(true);
+    let d = invalid_detail(Manager::new(&pool, &cfg).unwrap_err());
+    assert!(d.contains("emit_cached_events needs prefix_cache"), "{}", d);
+    let mut m = Manager::new(&pool, &cfg.prefix_cache(true)).unwrap();
+    assert!(m.config().emit_cached_events);
+    let seen: Arc<Mutex<Vec<(usize, bool, bool)>>> = Arc::new(Mutex::new(Vec::new()));
+    let s2 = Arc::clone(&seen);
+    m.set_event_callback(Some(Box::new(move |e: &kvpool::Event<'_>| {
+        if e.kind == EventKind::Stored {
+            s2.lock().unwrap().push((e.hashes.len(), e.parent.is_none(), e.reused));
+        }
+    })))
+    .unwrap();
+    let prompt: Vec<u32> = (0..49).collect();
+    let h = hash_blocks(HashAlgo::Sha256, None, &HashKeys::default(), &prompt, 16).unwrap();
+    assert_eq!(m.create_cached(1, &h, 49).unwrap(), 0);
+    assert_eq!(m.commit(1, &h).unwrap(), 3);
+    assert_eq!(m.create_cached(2, &h, 49).unwrap(), 48);
+    assert_eq!(*seen.lock().unwrap(), vec![(3, true, false), (3, true, true)]);
+}
+
+#[test]
 fn sha256_cbor_seed() {
     let tokens: Vec<u32> = (0..32).collect();
     let root = cbor_seed_root("0").unwrap();
