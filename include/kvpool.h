@@ -81,7 +81,8 @@ KVP_API const char *kvp_strerror(int err);
  *    evict): a recent count, not a snapshot, while other threads run;
  *  - -ENOBUFS, a caller's buffer too small (kvp_seq_blocks,
  *    kvp_manager_seqs, kvp_export_block_table, kvp_export_csr,
- *    kvp_metrics_format, kvp_hash_blocks_cap, a copy-on-write with no
+ *    kvp_metrics_format, kvp_hash_blocks_cap, kvp_seq_gather_cap (in
+ *    tokens), a copy-on-write with no
  *    room in cow[]): `requested` is the entries needed (bytes for
  *    kvp_metrics_format, its NUL included), `available` the buffer's
  *    capacity.
@@ -1265,6 +1266,18 @@ KVP_API int kvp_seq_read(struct kvp_manager *m, uint64_t seq, uint32_t pos,
  */
 KVP_API int kvp_seq_gather(struct kvp_manager *m, uint64_t seq, uint32_t layer,
 			   void *k_out, void *v_out);
+
+/*
+ * kvp_seq_gather into arrays of cap_tokens rows each, checked under the
+ * sequence's lock (another thread may append between a caller's
+ * kvp_seq_info and the copy).  Returns the tokens copied (the sequence's
+ * length then), or -ENOBUFS when they exceed cap_tokens or INT_MAX
+ * (nothing is written; kvp_last_error has the tokens needed and the
+ * capacity), or the errors of kvp_seq_gather.
+ */
+KVP_API int kvp_seq_gather_cap(struct kvp_manager *m, uint64_t seq,
+			       uint32_t layer, void *k_out, void *v_out,
+			       uint32_t cap_tokens);
 
 /* Bytes of one token's K (or V) row for one layer (0 for an ID-only or
  * NULL pool). */

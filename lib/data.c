@@ -10,8 +10,10 @@
  * sequence's lock, so it sees the sequence's blocks as of one moment.
  */
 #include <errno.h>
+#include <limits.h>
 #include <string.h>
 
+#include "error.h"
 #include "manager.h"
 #include "seqfields.h"
 
@@ -113,13 +115,15 @@ KVP_API int kvp_seq_read(struct kvp_manager *m, uint64_t seq, uint32_t pos,
 	return move_rows(m, seq, pos, layer, k, v, false);
 }
 
-KVP_API int kvp_seq_gather(struct kvp_manager *m, uint64_t seq, uint32_t layer,
-			   void *k_out, void *v_out)
+/* kvp_seq_gather and its capped form (cap UINT32_MAX: the caller sized
+ * the arrays): the tokens copied, or a negative errno. */
+static int gather(struct kvp_manager *m, uint64_t seq, uint32_t layer,
+		  void *k_out, void *v_out, uint32_t cap)
 {
 	struct kvp_pool *pool;
 	struct kvp_seq *s;
 	unsigned char *ko = k_out, *vo = v_out;
-	uint32_t bt, left;
+	uint32_t bt, left, n_tokens;
 	int err = check_data_args(m, layer, k_out, v_out);
 
 	if (err)
@@ -129,11 +133,15 @@ KVP_API int kvp_seq_gather(struct kvp_manager *m, uint64_t seq, uint32_t layer,
 	s = seq_acquire(m, seq);
 	if (!s)
 		return -ENOENT;
-	left = atomic_load_explicit(&s->num_tokens, memory_order_relaxed);
+	n_tokens = left = seq_tokens(s);
+	if (left > cap) {
+		seq_unlock(s);
+		kvp_note_buffer(left, cap);
+		return -ENOBUFS;
+	}
 	for (uint32_t i = 0; left; i++) {
 		uint32_t n = left < bt ? left : bt;
 		size_t bytes = (size_t)n * pool->row_bytes;
-
 		uint32_t b = btable_get(&s->table, i);
 
 		memcpy(ko, row_at(pool, b, layer, KV_K, 0), bytes);
@@ -145,5 +153,23 @@ KVP_API int kvp_seq_gather(struct kvp_manager *m, uint64_t seq, uint32_t layer,
 		left -= n;
 	}
 	seq_unlock(s);
-	return 0;
+	return (int)n_tokens;
+}
+
+KVP_API int kvp_seq_gather(struct kvp_manager *m, uint64_t seq, uint32_t layer,
+			   void *k_out, void *v_out)
+{
+	int n = gather(m, seq, layer, k_out, v_out, UINT32_MAX);
+
+	return n < 0 ? n : 0;
+}
+
+KVP_API int kvp_seq_gather_cap(struct kvp_manager *m, uint64_t seq,
+			       uint32_t layer, void *k_out, void *v_out,
+			       uint32_t cap_tokens)
+{
+	/* The count returned is an int. */
+	if (cap_tokens > INT_MAX)
+		cap_tokens = INT_MAX;
+	return gather(m, seq, layer, k_out, v_out, cap_tokens);
 }

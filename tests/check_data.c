@@ -721,6 +721,46 @@ START_TEST(test_gather_empty)
 }
 END_TEST
 
+/*
+ * kvp_seq_gather_cap: the tokens copied when they fit; -ENOBUFS with
+ * nothing written, and the need and capacity in kvp_last_error, when the
+ * sequence is longer than the arrays (it grew after they were sized).
+ */
+START_TEST(test_gather_cap)
+{
+	static const struct kvp_layout lay = {2, 1, 2, KVP_F32};
+	struct kvp_pool *p = mkpool(8, 0, KVP_POOL_NOCACHE, &lay);
+	struct kvp_manager *m = mkmgr(p);
+	size_t rb = kvp_pool_row_bytes(p);
+	unsigned char k[40 * 8], v[40 * 8], row[8];
+	struct kvp_error_info e;
+
+	ck_assert_uint_le(40 * rb, sizeof(k));
+	create_ok(m, 1, 20);
+	for (uint32_t t = 0; t < 20; t++) {
+		memset(row, (int)t + 1, sizeof(row));
+		ck_assert_int_eq(kvp_seq_write(m, 1, t, 1, row, row), 0);
+	}
+	memset(k, 0xCD, sizeof(k));
+	memset(v, 0xCD, sizeof(v));
+	ck_assert_int_eq(kvp_seq_gather_cap(m, 1, 1, k, v, 19), -ENOBUFS);
+	ck_assert(all_bytes(k, sizeof(k), 0xCD));
+	ck_assert(all_bytes(v, sizeof(v), 0xCD));
+	ck_assert_int_eq(kvp_last_error(&e), 0);
+	ck_assert_int_eq(e.err, -ENOBUFS);
+	ck_assert_uint_eq(e.buffer, 1);
+	ck_assert_uint_eq(e.requested, 20);
+	ck_assert_uint_eq(e.available, 19);
+	ck_assert_int_eq(kvp_seq_gather_cap(m, 1, 1, k, v, 40), 20);
+	for (uint32_t t = 0; t < 20; t++)
+		ck_assert(all_bytes(k + t * rb, rb, (unsigned char)(t + 1)));
+	ck_assert(all_bytes(k + 20 * rb, sizeof(k) - 20 * rb, 0xCD));
+	ck_assert_int_eq(kvp_seq_gather_cap(m, 2, 1, k, v, 40), -ENOENT);
+	ck_assert_int_eq(kvp_seq_gather_cap(m, 1, 2, k, v, 40), -EINVAL);
+	finish(m, p);
+}
+END_TEST
+
 /* ------------------------------------------------------------ errors */
 
 START_TEST(test_err_null)
@@ -1584,6 +1624,7 @@ static Suite *data_suite(void)
 	tc = tcase_create("gather");
 	tcase_add_loop_test(tc, test_gather_matches_reads, 0, 3);
 	tcase_add_test(tc, test_gather_empty);
+	tcase_add_test(tc, test_gather_cap);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("errors");

@@ -210,6 +210,8 @@ int kvp_seq_read(struct kvp_manager *m, uint64_t seq, uint32_t pos,
                  uint32_t layer, void *k, void *v);
 int kvp_seq_gather(struct kvp_manager *m, uint64_t seq, uint32_t layer,
                    void *k_out, void *v_out);
+int kvp_seq_gather_cap(struct kvp_manager *m, uint64_t seq, uint32_t layer,
+                       void *k_out, void *v_out, uint32_t cap_tokens);
 """
 
 #: Structs declared with only the fields the binding reads (their size is

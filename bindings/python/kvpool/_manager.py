@@ -648,13 +648,23 @@ class Manager(_args.Handle):
         """One layer of the whole sequence as contiguous K and V
         [tokens][heads][dim] bytearrays (V None for a K-only pool)."""
         rb = self._row_bytes
-        n = self.info(seq).num_tokens
-        k = bytearray(rb * n)
-        v = None if self._k_only else bytearray(rb * n)
-        if rb and n:
-            _check(lib.kvp_seq_gather(
+        if not rb:
+            return bytearray(), None if self._k_only else bytearray()
+        while True:
+            # Sized from the length now; the C call checks it under the
+            # sequence's lock, as another thread may append meanwhile.
+            n = self.info(seq).num_tokens
+            k = bytearray(rb * n + 1)
+            v = None if self._k_only else bytearray(rb * n + 1)
+            got = lib.kvp_seq_gather_cap(
                 self._m, seq, layer, ffi.from_buffer(k),
-                ffi.NULL if v is None else ffi.from_buffer(v)), "gather")
+                ffi.NULL if v is None else ffi.from_buffer(v), n)
+            if got != -_errno.ENOBUFS:
+                break
+        _check(min(got, 0), "gather")
+        del k[rb * got:]
+        if v is not None:
+            del v[rb * got:]
         return k, v
 
 

@@ -375,6 +375,7 @@ COVERAGE = {
     "kvp_seq_write": "Manager.write",
     "kvp_seq_read": "Manager.read",
     "kvp_seq_gather": "Manager.gather",
+    "kvp_seq_gather_cap": "Manager.gather",
     "kvp_metrics_write": "C-only: it writes to a C FILE *; Pool.metrics() "
                          "returns the same text (kvp_metrics_format)",
     "kvp_metrics_format": "Pool.metrics",

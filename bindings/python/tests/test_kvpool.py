@@ -302,6 +302,35 @@ class TestManager(unittest.TestCase):
         s.set_priority(5)
         self.assertEqual(s.info().priority, 5)
 
+    def test_gather_while_appending(self):
+        # The arrays are sized from the length read before the C call;
+        # another thread's appends meanwhile must not overflow them.
+        lay = kvpool.Layout(num_layers=1, num_kv_heads=1, head_dim=64,
+                            dtype="u8")
+        with kvpool.Pool(4096, block_tokens=4, layout=lay) as p, \
+                kvpool.Manager(p) as m:
+            m.create(1, 1)
+            stop = threading.Event()
+
+            def grow():
+                while not stop.is_set() and m.info(1).num_tokens < 16000:
+                    m.append(1, 4)
+
+            t = threading.Thread(target=grow)
+            t.start()
+            lens = []
+            try:
+                for _ in range(300):
+                    k, v = m.gather(1, 0)
+                    self.assertEqual(len(k), len(v))
+                    self.assertEqual(len(k) % 64, 0)
+                    lens.append(len(k) // 64)
+            finally:
+                stop.set()
+                t.join()
+            self.assertEqual(lens, sorted(lens))
+            self.assertLessEqual(lens[-1], m.info(1).num_tokens)
+
     def test_kv_data(self):
         lay = kvpool.Layout(num_layers=2, num_kv_heads=1, head_dim=2,
                             dtype="u8")

@@ -261,6 +261,10 @@ const COVERAGE: &[(&str, &str)] = &[
     ("kvp_seq_read", "Manager::read"),
     ("kvp_seq_gather", "Manager::gather"),
     (
+        "kvp_seq_gather_cap",
+        "C-only: Manager::gather reads token by token under the lock (kvp_seq_read), so a sequence that grows meanwhile cannot overflow it",
+    ),
+    (
         "kvp_metrics_write",
         "C-only: it writes to a C FILE *; Pool::metrics returns the same text (kvp_metrics_format)",
     ),
