@@ -763,7 +763,6 @@ static int sockets_open(struct kvp_pub *p, const struct kvp_pub_config *cfg)
 static void pub_free(struct kvp_pub *p)
 {
 	struct ring *r = atomic_load_explicit(&p->rings, memory_order_acquire);
-	int linger = LINGER_MS;
 
 	while (r) {
 		struct ring *next = r->next;
@@ -772,7 +771,7 @@ static void pub_free(struct kvp_pub *p)
 		free(r);
 		r = next;
 	}
-	kvpe_pubsock_close(p->sock, linger);
+	kvpe_pubsock_close(p->sock);
 	kvpe_replay_close(p->replay);
 	if (p->zctx)
 		zmq_ctx_term(p->zctx); /* every message closed: no ticket */

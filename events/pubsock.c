@@ -233,11 +233,10 @@ void kvpe_pubsock_stats(struct kvpe_pubsock *ps, struct kvpe_pubsock_stats *st)
 		atomic_load_explicit(&ps->overflows, memory_order_relaxed);
 }
 
-void kvpe_pubsock_close(struct kvpe_pubsock *ps, int linger_ms)
+void kvpe_pubsock_close(struct kvpe_pubsock *ps)
 {
+	/* The linger was set before the bind (sock_opts). */
 	if (ps && ps->sock) {
-		zmq_setsockopt(ps->sock, ZMQ_LINGER, &linger_ms,
-			       sizeof(linger_ms));
 		zmq_close(ps->sock);
 		ps->sock = NULL;
 	}

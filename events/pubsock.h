@@ -55,9 +55,9 @@ void kvpe_pubsock_send(struct kvpe_pubsock *ps, uint64_t seq,
  * idle. */
 void kvpe_pubsock_tend(struct kvpe_pubsock *ps);
 void kvpe_pubsock_stats(struct kvpe_pubsock *ps, struct kvpe_pubsock_stats *st);
-/* Closes the socket, letting sent batches go for linger_ms; frees it
- * all once zmq_ctx_term returned (libzmq then holds no batch). */
-void kvpe_pubsock_close(struct kvpe_pubsock *ps, int linger_ms);
+/* Closes the socket, letting sent batches go for the cfg's linger_ms;
+ * frees it all once zmq_ctx_term returned (libzmq then holds no batch). */
+void kvpe_pubsock_close(struct kvpe_pubsock *ps);
 void kvpe_pubsock_free(struct kvpe_pubsock *ps);
 /* libzmq's errno as a negative errno strerror can name. */
 int kvpe_zmq_errno(void);

@@ -654,8 +654,8 @@ class Manager(_args.Handle):
             # Sized from the length now; the C call checks it under the
             # sequence's lock, as another thread may append meanwhile.
             n = self.info(seq).num_tokens
-            k = bytearray(rb * n + 1)
-            v = None if self._k_only else bytearray(rb * n + 1)
+            k = bytearray(rb * n)
+            v = None if self._k_only else bytearray(rb * n)
             got = lib.kvp_seq_gather_cap(
                 self._m, seq, layer, ffi.from_buffer(k),
                 ffi.NULL if v is None else ffi.from_buffer(v), n)
