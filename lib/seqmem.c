@@ -1,16 +1,16 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * seqmem.c - the memory of sequence structs, one room: each thread's
- * stashes and fresh slab, the lookup cache, the slabs, the free list, the
- * retire list and its batches through RCU, the reclaims that give wholly
- * free slabs back (floor 7, doc/architecture.md "Layers": over btable.c,
- * mgrstat.c, tcache.c, seqmap.c, registry.c, rcu.c and alloc.c).
+ * seqmem.c - the memory of sequence structs, one room, and its door: each
+ * thread's stashes and fresh slab, the lookup cache, the retire list and
+ * its batches through RCU (floor 7, doc/architecture.md "Layers": over
+ * seqslab.c, the room's back, which holds the slabs, the free list and
+ * the reclaims; and over btable.c, mgrstat.c, tcache.c, seqmap.c,
+ * registry.c, rcu.c and alloc.c).
  *
- * Owns struct kvp_seq's memory and struct seqmem (seqmem.h), struct
- * seq_slab, each thread's struct seq_thread and the list of every
- * thread's reader.  Its door (seqmem.h) is all the sequence layer
- * sees: seqmem_take, seqmem_give, seq_acquire, seqmem_note, seq_prefetch,
- * kvp_thread_flush; nothing here calls back up.
+ * Owns struct kvp_seq's memory and struct seqmem (seqmem.h) and each
+ * thread's struct seq_thread.  Its door (seqmem.h) is all the sequence
+ * layer sees: seqmem_take, seqmem_give, seq_acquire, seqmem_note,
+ * seq_prefetch, kvp_thread_flush; nothing here calls back up.
  *
  * Correctness argument.
  *
@@ -27,476 +27,32 @@
  * A removed struct is reused at once by its freeing thread (its stash:
  * nobody but lockers checking `dead` reads a dead struct), and by other
  * threads only through the free list after a grace period (retire),
- * whose pops run inside read-side sections (free_pop), which rules out
- * ABA.
+ * whose pops run inside read-side sections (seqslab_pop), which rules
+ * out ABA.
  *
- * Returning slabs.  Type-stability holds only while a slab lives, so a
- * slab goes back to the allocator only when no one can still hold a
- * pointer into it.  Who can: a map reader (inside a read-side section);
- * a pop of the free list (inside one); a thread's lookup cache (outside
- * any: an entry lives until overwritten); a stash, the retire list, a
- * batch waiting for call_rcu, a thread's fresh slab (their structs are
- * not on the free list).  A reclaim (reclaim_start, from an RCU callback,
- * one per manager at a time: `reclaiming`) detaches the whole free list,
- * then bumps the manager's epoch (redraws it: epochs are process-unique
- * numbers, kvp_next_uid), then queues reclaim_finish on call_rcu.
- * After that grace period:
- *  - every struct of the chain was removed from the map a grace period
- *    before it reached the free list, so no map reader holds it;
- *  - every pop that read one of them as the head has ended (pops run in
- *    read-side sections, and no later pop can reach a detached struct);
- *  - a lookup-cache entry is used only between its owner's reader marks
- *    (seqmem_reader_enter, _exit: `busy` 1, then 0) and only if its
- *    epoch is current (seq_cache_hit).  reclaim_finish first waits
- *    for every thread's busy to clear behind a membarrier
- *    (readers_wait): a Dekker pair (owner: store busy, load the
- *    epoch; reclaimer: store the epoch, fence, load busy), as tcache.c's
- *    drains, so an owner either saw the bump and rejects its older
- *    entries, or is waited for.  The hot path pays two stores to
- *    its own line and a compiler barrier, not a read-side section.  An
- *    entry is stamped with the epoch read before its struct was seen
- *    alive (seq_acquire) or while it is locked and alive
- *    (seqmem_note); a struct of the chain is dead from before the
- *    detach until it is pushed back, so an entry stamped after the bump
- *    never names a struct the reclaim frees.
- * So reclaim_finish owns the chain.  It counts its structs per slab; a
- * slab with all KVP_SEQ_SLAB structs in the chain has none anywhere else
- * (stash, retire list, fresh, live), and it is unlinked from the slab
- * list and freed; the other structs go back on the free list (no ABA: a
- * grace period passed since the detach).  Only the reclaimer unlinks
- * slabs, and pushers only CAS the list's head, so a plain store unlinks
- * a slab below the head.  A reclaim a thread asked for then has the
- * allocator give its free pages back (kvp_alloc_trim: it holds arena
- * locks for a while, so reclaims nobody asked for leave it be).
- *
- * When.  A recycling callback starts a reclaim when live sequences fill
- * under half of the structs, the manager holds more than
- * KVP_RECLAIM_KEEP slabs, and KVP_RECLAIM_PERIOD_NS passed since the last
- * one; kvp_thread_flush hands the thread's stashes back, sends the
- * retired structs to call_rcu and asks for a reclaim once they are on
- * the free list, without the wait.  So memory comes back two grace
- * periods after kvp_thread_flush (the freed structs', then the
- * reclaim's).  While a reclaim's grace period runs, creates that find no
- * stashed or fresh struct allocate new slabs: the period keeps a steady
- * churn from paying that more than once a second.  A lookup-cache hit
- * marks busy and reads the epoch (a line written once per reclaim); the
- * rest runs in callbacks and in kvp_thread_flush.  The destruction waits
- * for queued reclaims (quiesce).
+ * Returning slabs (seqslab.c has the argument).  A reclaim bumps the
+ * manager's epoch before its grace period, then waits for every
+ * thread's reader mark to clear before it frees a slab.  So this file
+ * keeps two rules: a lookup-cache entry is used only between the
+ * thread's reader marks (seqslab_reader_enter, _exit) and only if its
+ * epoch is current (seq_cache_hit); and an entry is stamped with the
+ * epoch read before its struct was seen alive (seq_acquire) or while it
+ * is locked and alive (seqmem_note), so it is never newer than the life
+ * it records.  Structs reach seqslab.c's free list only through
+ * recycle(), a grace period after they left the map.
  */
 #include <errno.h>
 #include <pthread.h>
-#include <sched.h>
 #include <string.h>
-#include <time.h>
 
 #include "alloc.h"
 #include "manager.h"
-#include "mgrstat.h"
 #include "rcu.h"
 #include "registry.h"
 #include "seqfields.h"
 #include "seqmem.h"
 #include "seqmap.h"
 #include "tcache.h"
-
-/* A slab of sequence structs (seqmem.h's KVP_SEQ_SLAB). */
-struct seq_slab {
-	struct kvp_seq seqs[KVP_SEQ_SLAB];
-	/* The manager's slab list: set by the pusher before the push;
-	 * afterwards written (a slab unlinked) only by the reclaimer, and
-	 * read by it and by the destruction, after the last reclaim. */
-	struct seq_slab *next;
-	/* Reclaimer only (reclaim_finish): the structs of the
-	 * slab counted on the detached free list, and the slabs counted. */
-	struct seq_slab *counted_next;
-	uint32_t nidle;
-};
-
-/* ---- the lookup cache's readers (see "Returning slabs") ------------ */
-
-/* Every thread's lookup-cache reader (readers_wait). */
-static pthread_mutex_t readers_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct seqmem_reader *readers; /* readers_lock */
-
-static void reader_add(struct seqmem_reader *r)
-{
-	kvp_check_pthread(pthread_mutex_lock(&readers_lock));
-	r->next = readers;
-	if (r->next)
-		r->next->pprev = &r->next;
-	r->pprev = &readers;
-	readers = r;
-	kvp_check_pthread(pthread_mutex_unlock(&readers_lock));
-}
-
-static void reader_del(struct seqmem_reader *r)
-{
-	kvp_check_pthread(pthread_mutex_lock(&readers_lock));
-	if (r->next)
-		r->next->pprev = r->pprev;
-	*r->pprev = r->next;
-	kvp_check_pthread(pthread_mutex_unlock(&readers_lock));
-}
-
-/*
- * Waits until no thread uses a lookup-cache entry it checked against an
- * epoch older than the current one (see "Returning slabs").  The
- * caller bumped the epoch before; the fence (membarrier, as a drain's
- * in tcache.c) orders that store before our loads of `busy` as if each
- * owner had fenced between its store of busy and its load of the epoch.
- * Not a hot path: a reclaim's callback.
- */
-static void readers_wait(void)
-{
-	tcache_fence_all();
-	kvp_check_pthread(pthread_mutex_lock(&readers_lock));
-	for (struct seqmem_reader *r = readers; r; r = r->next)
-		/* Acquire: pairs with seqmem_reader_exit()'s release (the
-		 * owner's use of the struct happens before our free). */
-		while (atomic_load_explicit(&r->busy, memory_order_acquire))
-			sched_yield();
-	kvp_check_pthread(pthread_mutex_unlock(&readers_lock));
-}
-
-/* ---- slabs and the free list --------------------------------------- */
-
-/* Puts a chain of structs, first..last linked through `link`, on the
- * free list with one CAS; only the last one's link is written. */
-static void seq_free_push(struct kvp_manager *m, struct kvp_seq *first,
-			  struct kvp_seq *last)
-{
-	struct kvp_seq *top;
-
-	top = atomic_load_explicit(&m->mem.free_seqs, memory_order_relaxed);
-	do
-		atomic_store_explicit(&last->link, top, memory_order_relaxed);
-	/* Release: the structs' last state happens before their reuse. */
-	while (!atomic_compare_exchange_weak_explicit(&m->mem.free_seqs, &top,
-						      first,
-						      memory_order_release,
-						      memory_order_relaxed));
-}
-
-/*
- * A new slab of dead, unpublished structs for m, on m's slab list (freed
- * with m), or NULL.  Cache-line aligned, so that sequences of different
- * threads never share a line.  The caller hands out its structs
- * (seq_new: the first now, the others from this thread's fresh slab
- * for m).
- */
-static struct seq_slab *slab_new(struct kvp_manager *m)
-{
-	struct seq_slab *slab =
-		kvp_malloc_aligned(_Alignof(struct seq_slab), sizeof(*slab));
-	struct seq_slab *head;
-
-	if (!slab)
-		return NULL;
-	memset(slab, 0, sizeof(*slab));
-	for (int i = 0; i < KVP_SEQ_SLAB; i++) {
-		struct kvp_seq *s = &slab->seqs[i];
-
-		btable_init(&s->table);
-		s->mgr = m;
-		s->slab = slab;
-		atomic_init(&s->dead, true);
-	}
-	/* Relaxed: it paces reclaims. */
-	atomic_fetch_add_explicit(&m->mem.nslabs, 1, memory_order_relaxed);
-	/* A CAS push; only the reclaimer unlinks (slabs_unlink). */
-	head = atomic_load_explicit(&m->mem.slabs, memory_order_relaxed);
-	do
-		slab->next = head;
-	while (!atomic_compare_exchange_weak_explicit(&m->mem.slabs, &head,
-						      slab,
-						      memory_order_release,
-						      memory_order_relaxed));
-	return slab;
-}
-
-/*
- * Pops run inside an RCU read-side section: a struct returns to the free
- * list only through call_rcu (or a reclaim's push-back, a grace period
- * after its detach), after every section that might have read it as the
- * head ends, so the CAS cannot suffer ABA.
- */
-static struct kvp_seq *free_pop(struct kvp_manager *m)
-{
-	struct kvp_seq *s, *next;
-
-	kvp_rcu_read_lock();
-	/* Acquire: pairs with seq_free_push()'s release. */
-	s = atomic_load_explicit(&m->mem.free_seqs, memory_order_acquire);
-	while (s) {
-		/* Relaxed: if s was popped meanwhile, the CAS fails. */
-		next = atomic_load_explicit(&s->link, memory_order_relaxed);
-		if (atomic_compare_exchange_weak_explicit(
-			    &m->mem.free_seqs, &s, next, memory_order_acquire,
-			    memory_order_acquire))
-			break;
-	}
-	kvp_rcu_read_unlock();
-	return s;
-}
-
-/* ---- returning slabs (see "Returning slabs" above) ----------------- */
-
-#define KVP_RECLAIM_KEEP 64u /* slabs kept without a reclaim (512 KiB) */
-/* Between two reclaims no thread asked for (kvp_thread_flush). */
-#define KVP_RECLAIM_PERIOD_NS 1000000000ull
-
-static uint64_t coarse_now_ns(void);
-static void reclaim_finish(struct rcu_head *head);
-static bool retire_flush(struct kvp_manager *m, void (*fn)(struct rcu_head *));
-static void seq_recycle_asked(struct rcu_head *head);
-
-/* Whether most of m's structs are idle (live sequences under half of
- * them), m holds more than KVP_RECLAIM_KEEP slabs, and a reclaim may
- * start now (asked, or KVP_RECLAIM_PERIOD_NS since the last one). */
-static bool reclaim_due(struct kvp_manager *m)
-{
-	/* Relaxed, all: they only decide whether a reclaim is worth it. */
-	uint64_t nslabs =
-		atomic_load_explicit(&m->mem.nslabs, memory_order_relaxed);
-	uint64_t sum[STAT_FIELDS];
-	int64_t live;
-
-	if (nslabs <= KVP_RECLAIM_KEEP)
-		return false;
-	if (!atomic_load_explicit(&m->mem.asked, memory_order_relaxed) &&
-	    coarse_now_ns() - atomic_load_explicit(&m->mem.reclaimed_ns,
-						   memory_order_relaxed) <
-		    KVP_RECLAIM_PERIOD_NS)
-		return false;
-	mgr_stat_sum(m->shards, sum);
-	live = (int64_t)STAT_OF(sum, sequences);
-	return live < (int64_t)(nslabs * KVP_SEQ_SLAB / 2);
-}
-
-/*
- * The reclaim of m owned (reclaiming is 1): detaches m's free list, bumps
- * the epoch and queues reclaim_finish after a grace period.  False if the
- * free list was empty (reclaiming stays 1: the caller ends it).
- */
-static bool reclaim_start(struct kvp_manager *m)
-{
-	struct kvp_seq *chain;
-
-	/* Relaxed: a thread asked (kvp_thread_flush); only then does the
-	 * reclaim trim the allocator. */
-	m->mem.reclaim_asked = atomic_exchange_explicit(&m->mem.asked, false,
-							memory_order_relaxed);
-	/* Acquire: pairs with seq_free_push()'s release (the structs' last
-	 * state, before reclaim_finish reads and frees them). */
-	chain = atomic_exchange_explicit(&m->mem.free_seqs, NULL,
-					 memory_order_acquire);
-	if (!chain)
-		return false;
-	m->mem.reclaim_chain = chain;
-	/* A new process-unique epoch.  Seq_cst: after the detach, before
-	 * readers_wait()'s fence (the Dekker pair with readers). */
-	atomic_store_explicit(&m->mem.epoch, kvp_next_uid(),
-			      memory_order_seq_cst);
-	kvp_rcu_call(&m->mem.reclaim_rcu, reclaim_finish);
-	return true;
-}
-
-/* From an RCU callback: starts a reclaim of m if one is due and none is
- * under way or m is being destroyed. */
-static void reclaim_try(struct kvp_manager *m)
-{
-	uint32_t idle = 0;
-
-	/* Acquire: pairs with seqmem_close()'s release. */
-	if (atomic_load_explicit(&m->mem.closing, memory_order_acquire) ||
-	    !reclaim_due(m))
-		return;
-	/* Acquire: the previous reclaim's writes (slab list, counters). */
-	if (!atomic_compare_exchange_strong_explicit(
-		    &m->mem.reclaiming, &idle, 1, memory_order_acquire,
-		    memory_order_relaxed)) {
-		/* The one under way detached its chain before the structs
-		 * we just recycled: it starts another when it ends. */
-		atomic_store_explicit(&m->mem.again, true,
-				      memory_order_relaxed);
-		return;
-	}
-	if (!reclaim_start(m))
-		/* Release: pairs with the next reclaimer's acquire. */
-		atomic_store_explicit(&m->mem.reclaiming, 0,
-				      memory_order_release);
-}
-
-/* Counts the detached structs of each slab (nidle, which the reclaimer
- * alone writes and leaves 0); returns the slabs counted, linked through
- * counted_next. */
-static struct seq_slab *slabs_count(struct kvp_seq *chain)
-{
-	struct seq_slab *counted = NULL;
-
-	/* Relaxed, here and below: the chain is ours (detached, and a
-	 * grace period passed since any popper could read it). */
-	for (struct kvp_seq *s = chain; s;
-	     s = atomic_load_explicit(&s->link, memory_order_relaxed))
-		if (s->slab->nidle++ == 0) {
-			s->slab->counted_next = counted;
-			counted = s->slab;
-		}
-	return counted;
-}
-
-/* Puts back on m's free list the structs of the chain whose slab keeps
- * some struct elsewhere (nidle short of a whole slab). */
-static void chain_keep(struct kvp_manager *m, struct kvp_seq *chain)
-{
-	struct kvp_seq *first = NULL, *last = NULL, *next;
-
-	for (struct kvp_seq *s = chain; s; s = next) {
-		next = atomic_load_explicit(&s->link, memory_order_relaxed);
-		if (s->slab->nidle == KVP_SEQ_SLAB)
-			continue;
-		atomic_store_explicit(&s->link, first, memory_order_relaxed);
-		if (!last)
-			last = s;
-		first = s;
-	}
-	/* No ABA: a grace period passed since the detach, so no pop that
-	 * read one of them as the head is still under way. */
-	if (first)
-		seq_free_push(m, first, last);
-}
-
-/* Unlinks from m's slab list every slab wholly idle (nidle is a whole
- * slab).  Pushers only CAS the head, so a slab below it is unlinked with
- * a plain store, and the head with a CAS. */
-static void slabs_unlink(struct kvp_manager *m)
-{
-	struct seq_slab *head, *prev;
-
-	/* Acquire: pairs with slab_new()'s release push. */
-	head = atomic_load_explicit(&m->mem.slabs, memory_order_acquire);
-	while (head && head->nidle == KVP_SEQ_SLAB)
-		/* Acquire: a failed CAS reloads a newer push. */
-		if (atomic_compare_exchange_weak_explicit(
-			    &m->mem.slabs, &head, head->next,
-			    memory_order_acquire, memory_order_acquire))
-			head = head->next;
-	for (prev = head; prev && prev->next;) {
-		if (prev->next->nidle == KVP_SEQ_SLAB)
-			prev->next = prev->next->next;
-		else
-			prev = prev->next;
-	}
-}
-
-/* Frees the wholly idle slabs among `counted` (unlinked already) and
- * resets the others' counts; returns how many were freed. */
-static uint32_t slabs_free(struct seq_slab *counted)
-{
-	uint32_t freed = 0;
-
-	while (counted) {
-		struct seq_slab *slab = counted;
-
-		counted = slab->counted_next;
-		if (slab->nidle != KVP_SEQ_SLAB) {
-			slab->nidle = 0;
-			continue;
-		}
-		for (int i = 0; i < KVP_SEQ_SLAB; i++)
-			btable_fini(&slab->seqs[i].table);
-		kvp_free_aligned(slab, _Alignof(struct seq_slab),
-				 sizeof(*slab));
-		freed++;
-	}
-	return freed;
-}
-
-/*
- * RCU callback, a grace period after reclaim_start(): no popper, map
- * reader or lookup-cache reader can still hold a struct of the detached
- * chain.  Slabs whose every struct is in it go back to the allocator
- * (and the allocator's free memory to the system); the other structs
- * return to the free list.  Starts the next reclaim if a recycling found
- * this one under way (its structs came after our detach).
- */
-static void reclaim_finish(struct rcu_head *head)
-{
-	struct kvp_manager *m = caa_container_of(
-		caa_container_of(head, struct seqmem, reclaim_rcu),
-		struct kvp_manager, mem);
-	struct kvp_seq *chain;
-	struct seq_slab *counted;
-	uint32_t freed;
-
-	kvp_rcu_reclaim_head(head);
-	readers_wait();
-	chain = m->mem.reclaim_chain;
-	counted = slabs_count(chain);
-	chain_keep(m, chain);
-	slabs_unlink(m);
-	freed = slabs_free(counted);
-	/* Relaxed: counters that pace reclaims and feed the dump. */
-	atomic_fetch_sub_explicit(&m->mem.nslabs, freed, memory_order_relaxed);
-	atomic_fetch_add_explicit(&m->mem.slabs_returned, freed,
-				  memory_order_relaxed);
-	atomic_store_explicit(&m->mem.reclaimed_ns, coarse_now_ns(),
-			      memory_order_relaxed);
-	/* Only when asked: a trim holds the allocator's arena locks for
-	 * tens of milliseconds (the threads still freeing a burst would
-	 * wait on them), and the slabs freed meanwhile wait for it. */
-	m->mem.untrimmed += freed;
-	if (m->mem.reclaim_asked && m->mem.untrimmed) {
-		kvp_alloc_trim();
-		m->mem.untrimmed = 0;
-	}
-	kvp_rcu_callback_done();
-	/* Relaxed: set by a reclaim_try() of an earlier callback (liburcu's
-	 * worker runs them one at a time).  Acquire: pairs with
-	 * seqmem_close()'s release. */
-	if (atomic_exchange_explicit(&m->mem.again, false,
-				     memory_order_relaxed) &&
-	    !atomic_load_explicit(&m->mem.closing, memory_order_acquire) &&
-	    reclaim_start(m))
-		return;
-	/* Release: our writes before the next reclaimer's (or the
-	 * destruction's) acquire; m may be freed right after. */
-	atomic_store_explicit(&m->mem.reclaiming, 0, memory_order_release);
-}
-
-/* RCU callback of kvp_thread_flush when it had nothing to retire: a
- * reclaim, if due, after the recycling queued before it. */
-static void reclaim_kick(struct rcu_head *head)
-{
-	struct kvp_manager *m = caa_container_of(
-		caa_container_of(head, struct seqmem, kick_rcu),
-		struct kvp_manager, mem);
-
-	kvp_rcu_reclaim_head(head);
-	atomic_store_explicit(&m->mem.asked, true, memory_order_relaxed);
-	reclaim_try(m);
-	kvp_rcu_callback_done();
-	/* Release: pairs with quiesce()'s acquire. */
-	atomic_store_explicit(&m->mem.kicking, 0, memory_order_release);
-}
-
-/* kvp_thread_flush, for a live manager m (registry lock held): retired
- * structs go to call_rcu, and a reclaim is asked for once they are on
- * the free list (by their callback, or by a kick if there were none).
- * `asked` is set only there: a batch retired earlier, recycled after
- * this call, must not start the asked reclaim before ours arrive. */
-static void ask(struct kvp_manager *m)
-{
-	uint32_t idle = 0;
-
-	if (retire_flush(m, seq_recycle_asked))
-		return;
-	/* Acquire: the previous kick's end. */
-	if (atomic_compare_exchange_strong_explicit(&m->mem.kicking, &idle,
-						    1, memory_order_acquire,
-						    memory_order_relaxed))
-		kvp_rcu_call(&m->mem.kick_rcu, reclaim_kick);
-}
 
 /* ---- the retire list and recycling -------------------------------- */
 
@@ -517,12 +73,7 @@ static void recycle(struct rcu_head *head, bool asked)
 	while ((next = atomic_load_explicit(&last->link,
 					    memory_order_relaxed)))
 		last = next;
-	seq_free_push(m, first, last);
-	if (asked)
-		/* Relaxed: read by reclaim_try() right below. */
-		atomic_store_explicit(&m->mem.asked, true,
-				      memory_order_relaxed);
-	reclaim_try(m);
+	seqslab_recycled(m, first, last, asked);
 	kvp_rcu_callback_done();
 }
 
@@ -556,19 +107,20 @@ static void retire_all(struct kvp_manager *m)
 	(void)retire_flush(m, seq_recycle);
 }
 
+/* kvp_thread_flush, for a live manager m (registry lock held): retired
+ * structs go to call_rcu, and a reclaim is asked for once they are on
+ * the free list (by their callback, or by a kick if there were none).
+ * `asked` is set only there: a batch retired earlier, recycled after
+ * this call, must not start the asked reclaim before ours arrive. */
+static void ask(struct kvp_manager *m)
+{
+	if (!retire_flush(m, seq_recycle_asked))
+		seqslab_kick(m);
+}
+
 #define KVP_RETIRE_BATCH 64u		  /* retirements between clock reads */
 #define KVP_RETIRE_PERIOD_NS 50000000ull /* 50 ms: <= 20 batches a second */
 #define KVP_RETIRE_MAX 16384u		  /* ... unless this many wait */
-
-static uint64_t coarse_now_ns(void)
-{
-	struct timespec ts;
-
-	/* The coarse clock is read from the vDSO: no system call. */
-	if (clock_gettime(CLOCK_MONOTONIC_COARSE, &ts) != 0)
-		return 0;
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 /*
  * Flushes m's retire list if the rationing below allows it: KVP_RETIRE_MAX
@@ -581,7 +133,7 @@ static void retire_paced(struct kvp_manager *m, uint32_t now_n)
 	 * the second detaches what is left, maybe nothing). */
 	uint32_t flushed_n =
 		atomic_load_explicit(&m->mem.flushed_n, memory_order_relaxed);
-	uint64_t now = coarse_now_ns();
+	uint64_t now = seqslab_coarse_ns();
 
 	if (now_n - flushed_n < KVP_RETIRE_MAX &&
 	    now - atomic_load_explicit(&m->mem.flushed_ns,
@@ -692,12 +244,12 @@ struct seq_stash {
 	/* The thread's slab of never-used structs for m, and its next one:
 	 * handed back with the stash, so that a thread that serves several
 	 * managers never abandons a slab's unused structs. */
-	struct seq_slab *fresh;
+	struct kvp_seq *fresh;
 	uint32_t fresh_next;
 };
 struct seq_thread {
 	/* Marks its use of a lookup-cache entry (seq_cache_hit). */
-	struct seqmem_reader reader;
+	struct seqslab_reader reader;
 	struct seq_cache_entry cache[SEQ_CACHE_SLOTS];
 	struct seq_stash stashes[KVP_STASHES];
 };
@@ -714,7 +266,7 @@ static void seq_thread_exit(void *arg)
 
 	for (int i = 0; i < KVP_STASHES; i++)
 		stash_return(&th->stashes[i], false);
-	reader_del(&th->reader);
+	seqslab_reader_del(&th->reader);
 	kvp_free(th, sizeof(*th));
 	seq_thr = NULL;
 }
@@ -738,7 +290,7 @@ static __attribute__((noinline)) struct seq_thread *seq_thread_new(void)
 		kvp_free(th, sizeof(*th));
 		return NULL;
 	}
-	reader_add(&th->reader);
+	seqslab_reader_add(&th->reader);
 	seq_thr = th;
 	return th;
 }
@@ -775,7 +327,7 @@ static void stash_push(struct seq_stash *st, struct kvp_seq *s)
 static void stash_add_fresh(struct seq_stash *st)
 {
 	for (uint32_t i = KVP_SEQ_SLAB; st->fresh && i-- > st->fresh_next;)
-		stash_push(st, &st->fresh->seqs[i]);
+		stash_push(st, &st->fresh[i]);
 }
 
 /* Empties st, handing its structs back to its manager if it is alive;
@@ -875,7 +427,7 @@ static struct kvp_seq *fresh_take(struct kvp_manager *m)
 	if (st->muid != m->uid || !st->fresh ||
 	    st->fresh_next >= KVP_SEQ_SLAB)
 		return NULL;
-	return &st->fresh->seqs[st->fresh_next++];
+	return &st->fresh[st->fresh_next++];
 }
 
 /* A struct of a new slab for m; the others become this thread's fresh
@@ -883,11 +435,11 @@ static struct kvp_seq *fresh_take(struct kvp_manager *m)
  * flush go to call_rcu first, as paced (retire_kick). */
 static struct kvp_seq *seq_new(struct kvp_manager *m)
 {
-	struct seq_slab *slab;
+	struct kvp_seq *slab;
 	struct seq_stash *st;
 
 	retire_kick(m);
-	slab = slab_new(m);
+	slab = seqslab_new(m);
 	if (!slab)
 		return NULL;
 	/* Without thread state the others wait, unused, for m's
@@ -897,7 +449,7 @@ static struct kvp_seq *seq_new(struct kvp_manager *m)
 		st->fresh = slab;
 		st->fresh_next = 1;
 	}
-	return &slab->seqs[0];
+	return slab;
 }
 
 struct kvp_seq *seqmem_take(struct kvp_manager *m)
@@ -913,7 +465,7 @@ struct kvp_seq *seqmem_take(struct kvp_manager *m)
 	s = fresh_take(m);
 	if (s)
 		return s;
-	s = free_pop(m);
+	s = seqslab_pop(m);
 	if (s)
 		return s;
 	return seq_new(m);
@@ -939,7 +491,7 @@ void seqmem_note(struct kvp_manager *m, uint64_t id, struct kvp_seq *s)
 
 	if (e)
 		*e = (struct seq_cache_entry){
-			.epoch = seqmem_epoch(&m->mem), .id = id, .s = s};
+			.epoch = seqslab_epoch(&m->mem.sl), .id = id, .s = s};
 }
 
 /*
@@ -957,8 +509,8 @@ static struct kvp_seq *seq_cache_hit(struct kvp_manager *m,
 	struct seq_thread *th = seq_thr;
 	struct kvp_seq *s = NULL;
 
-	seqmem_reader_enter(&th->reader);
-	if (e->epoch == seqmem_epoch(&m->mem)) {
+	seqslab_reader_enter(&th->reader);
+	if (e->epoch == seqslab_epoch(&m->mem.sl)) {
 		/* Not m's struct: the entry outlived its slab (a broken
 		 * epoch) and the memory serves something else now. */
 		if (unlikely(e->s->mgr != m))
@@ -966,7 +518,7 @@ static struct kvp_seq *seq_cache_hit(struct kvp_manager *m,
 		if (seq_lock_live(e->s, id))
 			s = e->s;
 	}
-	seqmem_reader_exit(&th->reader);
+	seqslab_reader_exit(&th->reader);
 	return s;
 }
 
@@ -976,7 +528,7 @@ void seq_prefetch(struct kvp_manager *m, uint64_t id)
 
 	/* A hint only: the struct may be freed or reused by the time it is
 	 * used, and seq_acquire() checks it then (a prefetch never faults). */
-	if (e && e->epoch == seqmem_epoch(&m->mem) && e->id == id)
+	if (e && e->epoch == seqslab_epoch(&m->mem.sl) && e->id == id)
 		__builtin_prefetch(e->s, 1, 3);
 }
 
@@ -989,7 +541,7 @@ struct kvp_seq *seq_acquire(struct kvp_manager *m, uint64_t id)
 	if (e && e->id == id && (s = seq_cache_hit(m, e, id)))
 		return s;
 	kvp_rcu_read_lock();
-	epoch = seqmem_epoch(&m->mem);
+	epoch = seqslab_epoch(&m->mem.sl);
 	s = seqmap_lookup(&m->map, id);
 	if (s && !seq_lock_live(s, id))
 		s = NULL;
@@ -1019,55 +571,26 @@ KVP_API void kvp_thread_flush(void)
 
 void seqmem_init(struct kvp_manager *m)
 {
-	/* m is zeroed: empty lists, no slab, nothing asked or under way. */
-	atomic_init(&m->mem.epoch, kvp_next_uid());
+	seqslab_init(m);
 }
 
 void seqmem_close(struct kvp_manager *m)
 {
 	/* From now on no thread hands stashed structs back to m. */
 	registry_dying(m);
-	/* Release: pairs with reclaim_try()'s acquire. */
-	atomic_store_explicit(&m->mem.closing, true, memory_order_release);
-}
-
-/* Waits (RCU barriers) until no recycling or reclaim of m is queued. */
-static void quiesce(struct kvp_manager *m)
-{
-	/* A recycling callback may have queued a reclaim during the
-	 * barrier, and a reclaim the next one: wait until none is left.
-	 * Acquire: pairs with reclaim_finish()'s and reclaim_kick()'s
-	 * release (their last touch of m). */
-	do
-		kvp_rcu_barrier();
-	while (atomic_load_explicit(&m->mem.reclaiming,
-				    memory_order_acquire) ||
-	       atomic_load_explicit(&m->mem.kicking, memory_order_acquire));
+	seqslab_close(m);
 }
 
 void seqmem_fini(struct kvp_manager *m)
 {
-	struct seq_slab *slab, *next;
-
 	/* Every removed struct recycled, and every callback of m done,
 	 * before the slabs go. */
 	retire_all(m);
-	quiesce(m);
-	for (slab = atomic_load_explicit(&m->mem.slabs, memory_order_acquire);
-	     slab; slab = next) {
-		next = slab->next;
-		for (int i = 0; i < KVP_SEQ_SLAB; i++)
-			btable_fini(&slab->seqs[i].table);
-		kvp_free_aligned(slab, _Alignof(struct seq_slab),
-				 sizeof(*slab));
-	}
+	seqslab_fini(m);
 }
 
 void seqmem_counts(struct kvp_manager *m, uint64_t *held,
 		   uint64_t *returned)
 {
-	/* Relaxed: statistics. */
-	*held = atomic_load_explicit(&m->mem.nslabs, memory_order_relaxed);
-	*returned = atomic_load_explicit(&m->mem.slabs_returned,
-					 memory_order_relaxed);
+	seqslab_counts(m, held, returned);
 }

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * seqmem.h - the memory of sequence structs, one room with a narrow door
- * (floor 7, doc/architecture.md "Layers": seqmem.c, over btable.c,
- * mgrstat.c, tcache.c, seqmap.c, registry.c, rcu.c and alloc.c).
+ * (floor 7, doc/architecture.md "Layers": seqmem.c and, behind it,
+ * seqslab.c; over btable.c, mgrstat.c, tcache.c, seqmap.c, registry.c,
+ * rcu.c and alloc.c).
  *
  * The door.  The sequence layer asks for a struct (seqmem_take), gives
  * one back (seqmem_give), finds one by id (seq_acquire, seq_prefetch,
@@ -10,7 +11,8 @@
  * makes and ends a manager's part (seqmem_init, seqmem_close,
  * seqmem_fini).  Slabs,
  * stashes, the retire and free lists, the lookup cache and the reclaims
- * stay behind it, in seqmem.c.
+ * stay behind it, in seqmem.c and seqslab.c (the slabs, the free list and
+ * the reclaims, which only seqmem.c calls).
  *
  * Owns struct kvp_seq (whose fields the sequence files above read and
  * write under its lock) and struct seqmem (a manager's slabs and lists).
@@ -25,7 +27,6 @@
 #ifndef KVP_SEQMEM_H
 #define KVP_SEQMEM_H
 
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -34,7 +35,7 @@
 
 #include "btable.h"
 #include "compiler.h"
-#include "tcache.h"
+#include "seqslab.h"
 
 struct kvp_manager;
 
@@ -43,7 +44,7 @@ struct kvp_manager;
  * recycled (at once, through its freeing thread's stash, or after an RCU
  * grace period through the manager's free list), and freed with its slab
  * only when the whole slab rests on the free list and a grace period
- * has passed (seqmem.c, "Returning slabs"), or when the manager is
+ * has passed (seqslab.c, "Returning slabs"), or when the manager is
  * destroyed.  So a stale pointer to it (a map reader's inside its
  * read-side section, a lookup-cache entry of the current epoch) is always
  * safe to lock and check: `dead` or another id means a miss.  The map
@@ -100,26 +101,19 @@ struct kvp_seq {
 	struct rcu_head rcu;
 };
 
-/* Sequence structs come in cache-aligned slabs of KVP_SEQ_SLAB (seqmem.c),
- * each returned once every struct of it rests on the free list, or freed
- * with the manager. */
+/* Sequence structs come in cache-aligned slabs of KVP_SEQ_SLAB
+ * (seqslab.c), each returned once every struct of it rests on the free
+ * list, or freed with the manager. */
 _Static_assert(sizeof(struct kvp_seq) % (2 * KVP_CACHELINE) == 0,
 	       "a sequence occupies whole pairs of cache lines");
 _Static_assert(offsetof(struct kvp_seq, table) + BTABLE_HOT_BYTES <=
 		       KVP_CACHELINE,
 	       "an append's fields share the struct's first line");
-#define KVP_SEQ_SLAB 32
-struct seq_slab;
 
-/* A manager's sequence structs: slabs, free and retire lists, reclaims. */
+/* A manager's sequence structs: its slabs, free list and reclaims
+ * (seqslab.h), and its retire list. */
 struct seqmem {
-	/* Every slab of sequence structs: pushed (CAS), unlinked by the
-	 * reclaimer, freed by it or at destruction. */
-	_Atomic(struct seq_slab *) slabs;
-	/* Recycled structs: a Treiber stack, pushed by RCU callbacks, popped
-	 * inside read-side sections (which rules out ABA: a popped struct
-	 * comes back only after a grace period). */
-	kvp_cacheline_aligned _Atomic(struct kvp_seq *) free_seqs;
+	struct seqslabs sl;
 	/* Removed structs waiting for a batch grace period: push-only (CAS),
 	 * pushed by retire(), detached whole (exchange), at most once per
 	 * KVP_RETIRE_PERIOD_NS unless KVP_RETIRE_MAX are waiting.
@@ -128,74 +122,7 @@ struct seqmem {
 	kvp_cacheline_aligned _Atomic(struct kvp_seq *) retired;
 	_Atomic uint32_t nretired, flushed_n;
 	_Atomic uint64_t flushed_ns;
-	/* Memory coming back (seqmem.c, "Returning slabs").  epoch: a
-	 * process-unique number (kvp_next_uid), redrawn by each reclaim
-	 * before its grace period; a lookup-cache entry is only used under
-	 * the epoch it was made in (so never for another manager).  Read-mostly, so on a
-	 * line of its own.  Synchronization: atomic (see the argument). */
-	kvp_cacheline_aligned _Atomic uint64_t epoch;
-	/* Slabs held, and returned so far (relaxed: they pace reclaims and
-	 * feed kvp_manager_dump). */
-	_Atomic uint32_t nslabs;
-	_Atomic uint64_t slabs_returned;
-	/* A thread flushed (kvp_thread_flush): reclaim without waiting for
-	 * KVP_RECLAIM_PERIOD_NS.  again: a due reclaim found one under
-	 * way, which then starts another.  closing: destruction started, no
-	 * reclaim starts.  reclaiming, kicking: a reclaim or a kick is
-	 * queued on call_rcu (the destruction waits for both to end). */
-	_Atomic bool asked, again, closing;
-	_Atomic uint32_t reclaiming, kicking;
-	_Atomic uint64_t reclaimed_ns;
-	/* The detached free list a reclaim counts, and whether a thread
-	 * asked for the reclaim: written before its call_rcu, read by its
-	 * callback (the hand-off orders them).  untrimmed: slabs freed since
-	 * the last kvp_alloc_trim (reclaimers only, one at a time). */
-	struct kvp_seq *reclaim_chain;
-	bool reclaim_asked;
-	uint32_t untrimmed;
-	struct rcu_head reclaim_rcu, kick_rcu;
 };
-
-/*
- * A thread's mark while it uses a lookup-cache entry (seqmem.c's
- * seq_cache_hit): reclaims wait for every mark to clear before they free
- * anything (seqmem.c, "Returning slabs").  Embedded in the thread's
- * state.
- */
-struct seqmem_reader {
-	/* 1 between enter and exit.  Written by its thread, read by
-	 * reclaimers. */
-	_Atomic uint32_t busy;
-	/* Every thread's reader: seqmem.c's readers_lock. */
-	struct seqmem_reader *next, **pprev;
-};
-
-static inline void seqmem_reader_enter(struct seqmem_reader *r)
-{
-	/* Relaxed: ordered before the caller's load of the epoch by the
-	 * fence below, or by the reclaimer's membarrier (tcache_enter's
-	 * pattern). */
-	atomic_store_explicit(&r->busy, 1, memory_order_relaxed);
-	if (unlikely(!tcache_membarrier_ok))
-		atomic_thread_fence(memory_order_seq_cst);
-	else
-		kvp_compiler_barrier();
-}
-
-static inline void seqmem_reader_exit(struct seqmem_reader *r)
-{
-	/* Release: the caller's use of a struct before a reclaimer's
-	 * free (pairs with seqmem.c's readers_wait). */
-	atomic_store_explicit(&r->busy, 0, memory_order_release);
-}
-
-/* A manager's reclaim epoch.  Acquire: pairs with the store of seqmem.c's
- * reclaim_start, so that a reader of the new epoch sees the detach before
- * it. */
-static inline uint64_t seqmem_epoch(struct seqmem *mem)
-{
-	return atomic_load_explicit(&mem->epoch, memory_order_acquire);
-}
 
 /*
  * The door: a struct for a new sequence, and back.
