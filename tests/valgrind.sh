@@ -27,7 +27,9 @@ for t in check_pool check_manager check_data check_errors check_hash \
 		vgopts="--soname-synonyms=somalloc=nouserintercepts"
 	log="$b/tests/$t.valgrind.log"
 	t0=$(date +%s)
-	if CK_FORK=no CK_DEFAULT_TIMEOUT=600 $libtool --mode=execute \
+	# Under the time limit of every test (tests/run-test.sh).
+	if CK_FORK=no CK_DEFAULT_TIMEOUT=600 timeout --kill-after=10 \
+		"${KVP_TEST_TIMEOUT:-900}" $libtool --mode=execute \
 		valgrind --quiet --error-exitcode=99 --leak-check=full \
 		--fair-sched=yes $vgopts \
 		--errors-for-leak-kinds=definite --show-leak-kinds=definite \
@@ -39,6 +41,8 @@ for t in check_pool check_manager check_data check_errors check_hash \
 	else
 		failed=$((failed + 1))
 		echo "valgrind: $t: FAILED ($(($(date +%s) - t0)) s), see $log"
+		tail -n 1 "$log" | grep -q "Terminated\|Killed" &&
+			echo "valgrind: $t: timed out (KVP_TEST_TIMEOUT)"
 		grep -E "^==[0-9]+== " "$log" | head -n 40
 	fi
 done
