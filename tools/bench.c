@@ -693,6 +693,119 @@ static bool parse_opt(void *ctx, const char *name, const char *val)
 
 /* ------------------------------------------------------------------ main */
 
+/* The table's heading: the run's parameters and the columns. */
+static void print_heading(const struct opts *o)
+{
+	const struct bench_opts *c = &o->common;
+	unsigned cells = 0;
+
+	for (int w = 0; w < NUM_WL; w++)
+		for (int p = 0; p < NUM_PEERS; p++)
+			cells += o->run[w] && applies((enum wl)w, (enum peer)p);
+	printf("kvpool bench: kvpool %d.%d.%d, %ld online CPUs, %.2f s "
+	       "per measurement, median of %u\n",
+	       KVP_VERSION_MAJOR, KVP_VERSION_MINOR, KVP_VERSION_PATCH,
+	       sysconf(_SC_NPROCESSORS_ONLN), c->seconds, c->reps);
+	bench_report_busy("before the run");
+	printf("  estimated run time: %.0f s\n",
+	       cells * c->nthreads_list * c->reps * (c->seconds + 0.05));
+	printf("  Mops/s: ops per second, all threads; "
+	       "ns/op/thr = threads * 1e3 / Mops\n");
+	printf("  kvpool x: kvpool's throughput / the row's (higher "
+	       "is better for kvpool)\n");
+	bench_print_others_legend();
+	printf("%-8s %4s  %-15s %9s %11s %8s %9s\n", "workload", "thr",
+	       "peer", "Mops/s", "ns/op/thr", "others", "kvpool x");
+}
+
+/* Workload w at the ti-th thread count: every peer's reps, interleaved
+ * (odd reps run the peers in reverse order), their medians stored, and
+ * the table's rows if `table`. */
+static void run_cell(int w, unsigned ti, struct opts *o, bool table)
+{
+	unsigned n = o->common.threads[ti];
+
+	for (unsigned rep = 0; rep < o->common.reps; rep++)
+		for (int q = 0; q < NUM_PEERS; q++) {
+			int p = rep % 2 ? NUM_PEERS - 1 - q : q;
+
+			if (!applies((enum wl)w, (enum peer)p))
+				continue;
+			*bench_sample(p, rep) =
+				measure((enum wl)w, (enum peer)p, n, o,
+					bench_sample_others(p, rep));
+		}
+	for (int p = 0; p < NUM_PEERS; p++)
+		if (applies((enum wl)w, (enum peer)p))
+			bench_res_store(w, ti, p);
+	for (int p = 0; table && p < NUM_PEERS; p++) {
+		double m = *bench_res(w, ti, p);
+
+		if (!applies((enum wl)w, (enum peer)p))
+			continue;
+		printf("%-8s %4u  %-15s %9.3f %11.1f", wl_name[w], n,
+		       peer_name[p], m, bench_ns_per_op(m, n));
+		bench_print_others(*bench_res_others(w, ti, p));
+		if (p != P_KVPOOL)
+			printf(" %8.2fx", *bench_res(w, ti, P_KVPOOL) / m);
+		printf("\n");
+	}
+	fflush(stdout);
+}
+
+/* Every cell as a CSV row. */
+static void write_csv(FILE *csv, const struct opts *o)
+{
+	const struct bench_opts *c = &o->common;
+
+	fprintf(csv, "workload,peer,threads,median_mops,"
+		     "ns_per_op_per_thread,kvpool_ratio\n");
+	for (int w = 0; w < NUM_WL; w++)
+		for (unsigned ti = 0; o->run[w] && ti < c->nthreads_list; ti++)
+			for (int p = 0; p < NUM_PEERS; p++) {
+				double m = *bench_res(w, ti, p);
+
+				if (!applies((enum wl)w, (enum peer)p))
+					continue;
+				fprintf(csv, "%s,%s,%u,%.4f,%.4f,%.4f\n",
+					wl_name[w], peer_name[p],
+					c->threads[ti], m,
+					bench_ns_per_op(m, c->threads[ti]),
+					*bench_res(w, ti, P_KVPOOL) / m);
+			}
+}
+
+/* --plot: throughput against threads, a series per workload and peer;
+ * 1 if the plot was not written. */
+static int write_plot(const struct opts *o)
+{
+	const struct bench_opts *c = &o->common;
+	struct plot_series s[NUM_WL * NUM_PEERS];
+	char names[NUM_WL * NUM_PEERS][48];
+	double x[NUM_WL * NUM_PEERS][BENCH_MAX_THREADS];
+	double y[NUM_WL * NUM_PEERS][BENCH_MAX_THREADS];
+	unsigned ns = 0;
+
+	for (int w = 0; w < NUM_WL; w++)
+		for (int p = 0; o->run[w] && p < NUM_PEERS; p++) {
+			if (!applies((enum wl)w, (enum peer)p))
+				continue;
+			snprintf(names[ns], sizeof(names[ns]), "%s %s",
+				 wl_name[w], peer_name[p]);
+			for (unsigned ti = 0; ti < c->nthreads_list; ti++) {
+				x[ns][ti] = c->threads[ti];
+				y[ns][ti] = *bench_res(w, ti, p);
+			}
+			s[ns] = (struct plot_series){names[ns], x[ns], y[ns],
+						     c->nthreads_list};
+			ns++;
+		}
+	/* A plot asked for and not written is a failure. */
+	return plot_png("kvpool bench", o->plot, "throughput against threads",
+			"threads", "Mops/s (log)",
+			PLOT_LOGX | PLOT_LOGY | PLOT_XTICS, s, ns) != 0;
+}
+
 int bench_main(int argc, char **argv)
 {
 	struct opts o;
@@ -717,122 +830,24 @@ int bench_main(int argc, char **argv)
 	table = csv != stdout;
 
 	bench_res_init(NUM_WL, c->nthreads_list, NUM_PEERS, c->reps);
-	if (table) {
-		unsigned cells = 0;
-
-		for (int w = 0; w < NUM_WL; w++)
-			for (int p = 0; p < NUM_PEERS; p++)
-				cells += o.run[w] &&
-					 applies((enum wl)w, (enum peer)p);
-		printf("kvpool bench: kvpool %d.%d.%d, %ld online CPUs, %.2f s "
-		       "per measurement, median of %u\n",
-		       KVP_VERSION_MAJOR, KVP_VERSION_MINOR, KVP_VERSION_PATCH,
-		       sysconf(_SC_NPROCESSORS_ONLN), c->seconds, c->reps);
-		bench_report_busy("before the run");
-		printf("  estimated run time: %.0f s\n",
-		       cells * c->nthreads_list * c->reps *
-			       (c->seconds + 0.05));
-		printf("  Mops/s: ops per second, all threads; "
-		       "ns/op/thr = threads * 1e3 / Mops\n");
-		printf("  kvpool x: kvpool's throughput / the row's (higher "
-		       "is better for kvpool)\n");
-		bench_print_others_legend();
-		printf("%-8s %4s  %-15s %9s %11s %8s %9s\n", "workload", "thr",
-		       "peer", "Mops/s", "ns/op/thr", "others", "kvpool x");
-	}
+	if (table)
+		print_heading(&o);
 	for (int w = 0; w < NUM_WL; w++) {
 		if (!o.run[w])
 			continue;
 		if (table)
 			printf("-- %s: one op = one %s\n", wl_name[w],
 			       wl_unit[w]);
-		for (unsigned ti = 0; ti < c->nthreads_list; ti++) {
-			unsigned n = c->threads[ti];
-
-			for (unsigned rep = 0; rep < c->reps; rep++)
-				for (int q = 0; q < NUM_PEERS; q++) {
-					int p = rep % 2 ? NUM_PEERS - 1 - q : q;
-
-					if (!applies((enum wl)w, (enum peer)p))
-						continue;
-					*bench_sample(p, rep) = measure(
-						(enum wl)w, (enum peer)p, n, &o,
-						bench_sample_others(p, rep));
-				}
-			for (int p = 0; p < NUM_PEERS; p++)
-				if (applies((enum wl)w, (enum peer)p))
-					bench_res_store(w, ti, p);
-			for (int p = 0; table && p < NUM_PEERS; p++) {
-				double m = *bench_res(w, ti, p);
-
-				if (!applies((enum wl)w, (enum peer)p))
-					continue;
-				printf("%-8s %4u  %-15s %9.3f %11.1f",
-				       wl_name[w], n, peer_name[p], m,
-				       bench_ns_per_op(m, n));
-				bench_print_others(*bench_res_others(w, ti, p));
-				if (p != P_KVPOOL)
-					printf(" %8.2fx",
-					       *bench_res(w, ti, P_KVPOOL) / m);
-				printf("\n");
-			}
-			fflush(stdout);
-		}
+		for (unsigned ti = 0; ti < c->nthreads_list; ti++)
+			run_cell(w, ti, &o, table);
 	}
-	if (csv) {
-		fprintf(csv, "workload,peer,threads,median_mops,"
-			     "ns_per_op_per_thread,kvpool_ratio\n");
-		for (int w = 0; w < NUM_WL; w++)
-			for (unsigned ti = 0; o.run[w] && ti < c->nthreads_list;
-			     ti++)
-				for (int p = 0; p < NUM_PEERS; p++) {
-					double m = *bench_res(w, ti, p);
-
-					if (!applies((enum wl)w, (enum peer)p))
-						continue;
-					fprintf(csv,
-						"%s,%s,%u,%.4f,%.4f,%.4f\n",
-						wl_name[w], peer_name[p],
-						c->threads[ti], m,
-						bench_ns_per_op(m,
-								c->threads[ti]),
-						*bench_res(w, ti, P_KVPOOL) /
-							m);
-				}
-	}
+	if (csv)
+		write_csv(csv, &o);
 	bench_csv_close(csv, c->csv);
 	if (table)
 		bench_report_busy("after the run");
-	if (o.plot) {
-		struct plot_series s[NUM_WL * NUM_PEERS];
-		char names[NUM_WL * NUM_PEERS][48];
-		double x[NUM_WL * NUM_PEERS][BENCH_MAX_THREADS];
-		double y[NUM_WL * NUM_PEERS][BENCH_MAX_THREADS];
-		unsigned ns = 0;
-
-		for (int w = 0; w < NUM_WL; w++)
-			for (int p = 0; o.run[w] && p < NUM_PEERS; p++) {
-				if (!applies((enum wl)w, (enum peer)p))
-					continue;
-				snprintf(names[ns], sizeof(names[ns]), "%s %s",
-					 wl_name[w], peer_name[p]);
-				for (unsigned ti = 0; ti < c->nthreads_list;
-				     ti++) {
-					x[ns][ti] = c->threads[ti];
-					y[ns][ti] = *bench_res(w, ti, p);
-				}
-				s[ns] = (struct plot_series){names[ns], x[ns],
-							     y[ns],
-							     c->nthreads_list};
-				ns++;
-			}
-		/* A plot asked for and not written is a failure. */
-		if (plot_png("kvpool bench", o.plot,
-			     "throughput against threads", "threads",
-			     "Mops/s (log)", PLOT_LOGX | PLOT_LOGY | PLOT_XTICS,
-			     s, ns) != 0)
-			rc = 1;
-	}
+	if (o.plot)
+		rc = write_plot(&o);
 	bench_res_free();
 	return rc;
 }

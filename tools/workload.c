@@ -481,6 +481,50 @@ static ssize_t line_read(FILE *f, char **buf, size_t *cap)
 	return (ssize_t)n;
 }
 
+/* Adds a parsed trace line to b: its hash_block_tokens must be the
+ * lines' before (*unit, set by the first), and its hash_ids one per
+ * block of its input.  0, or -1 with the reason in msg. */
+static int trace_add(struct builder *b, const struct trace_rec *rec,
+		     uint32_t *unit, char *msg, size_t msglen)
+{
+	struct wl_req *r;
+	uint32_t need;
+
+	if (*unit == 0)
+		*unit = rec->hash_block_tokens;
+	if (rec->hash_block_tokens != *unit) {
+		snprintf(msg, msglen,
+			 "hash_block_tokens %u differs from the %u of the "
+			 "lines before",
+			 rec->hash_block_tokens, *unit);
+		return -1;
+	}
+	need = ceil_div(rec->input_length, *unit);
+	if (rec->nhash != need) {
+		snprintf(msg, msglen,
+			 "hash_ids has %u ids, but input_length %u needs %u "
+			 "(one per %u-token hash block)",
+			 rec->nhash, rec->input_length, need, *unit);
+		return -1;
+	}
+	if (b->nreq == UINT32_MAX || reserve_ids(b, rec->nhash) ||
+	    !(r = new_req(b))) {
+		snprintf(msg, msglen, "out of memory");
+		return -1;
+	}
+	r->arrival = rec->timestamp;
+	r->input_len = rec->input_length;
+	r->output_len = rec->output_length;
+	r->n = rec->n;
+	r->priority = rec->priority;
+	r->nids = rec->nhash;
+	r->id_off = b->nids;
+	memcpy(b->ids + b->nids, rec->hash_ids,
+	       rec->nhash * sizeof(*rec->hash_ids));
+	b->nids += rec->nhash;
+	return 0;
+}
+
 int wl_load_trace(struct workload *w, const char *path, char *err,
 		  size_t errlen)
 {
@@ -502,8 +546,6 @@ int wl_load_trace(struct workload *w, const char *path, char *err,
 		return -1;
 	}
 	while (rc == 0 && (len = line_read(f, &line, &lcap)) != -1) {
-		struct wl_req *r;
-		uint32_t need;
 		int prc;
 
 		lineno++;
@@ -529,45 +571,12 @@ int wl_load_trace(struct workload *w, const char *path, char *err,
 			rc = -1;
 			break;
 		}
-		if (unit == 0)
-			unit = rec.hash_block_tokens;
-		if (rec.hash_block_tokens != unit) {
-			snprintf(err, errlen,
-				 "%s:%llu: hash_block_tokens %u differs from "
-				 "the %u of the lines before",
-				 path, (unsigned long long)lineno,
-				 rec.hash_block_tokens, unit);
+		if (trace_add(&b, &rec, &unit, msg, sizeof(msg)) != 0) {
+			snprintf(err, errlen, "%s:%llu: %s", path,
+				 (unsigned long long)lineno, msg);
 			rc = -1;
 			break;
 		}
-		need = ceil_div(rec.input_length, unit);
-		if (rec.nhash != need) {
-			snprintf(err, errlen,
-				 "%s:%llu: hash_ids has %u ids, but "
-				 "input_length %u needs %u (one per %u-token "
-				 "hash block)",
-				 path, (unsigned long long)lineno, rec.nhash,
-				 rec.input_length, need, unit);
-			rc = -1;
-			break;
-		}
-		if (b.nreq == UINT32_MAX || reserve_ids(&b, rec.nhash) ||
-		    !(r = new_req(&b))) {
-			snprintf(err, errlen, "%s:%llu: out of memory", path,
-				 (unsigned long long)lineno);
-			rc = -1;
-			break;
-		}
-		r->arrival = rec.timestamp;
-		r->input_len = rec.input_length;
-		r->output_len = rec.output_length;
-		r->n = rec.n;
-		r->priority = rec.priority;
-		r->nids = rec.nhash;
-		r->id_off = b.nids;
-		memcpy(b.ids + b.nids, rec.hash_ids,
-		       rec.nhash * sizeof(*rec.hash_ids));
-		b.nids += rec.nhash;
 	}
 	if (rc == 0 && ferror(f)) {
 		snprintf(err, errlen, "%s:%llu: read error: %s", path,
