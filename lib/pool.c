@@ -1524,27 +1524,23 @@ static bool check_mark(uint8_t *seen, uint32_t id)
 #define check_fail(...)                                                      \
 	do {                                                                 \
 		fprintf(stderr, "kvp_pool_check: " __VA_ARGS__);             \
-		err = -EFAULT;                                               \
-		goto out;                                                    \
+		return -EFAULT;                                              \
 	} while (0)
 
-KVP_API int kvp_pool_check(struct kvp_pool *pool)
+/*
+ * The checks of kvp_pool_check, each 0 or -EFAULT (the reason printed).
+ * Quiescent: relaxed loads see every thread's last writes, ordered by
+ * whatever made the pool quiescent (joins, locks).  `seen` marks the
+ * blocks found on a free list.
+ */
+/* The free stack: links in range, no block twice, no cycle, its count. */
+static int check_stack(struct kvp_pool *pool, uint8_t *seen,
+		       uint64_t *on_stack)
 {
-	size_t bytes;
-	uint8_t *seen;
-	uint64_t on_stack = 0, parked = 0, counted;
+	uint64_t counted;
 	uint32_t id;
-	int err = 0;
 
-	if (!pool)
-		return -EINVAL;
-	bytes = pool->num_blocks / 8 + 1;
-	seen = kvp_calloc(bytes, 1);
-	if (!seen)
-		return -ENOMEM;
-
-	/* Quiescent: relaxed loads see every thread's last writes, ordered
-	 * by whatever made the pool quiescent (joins, locks). */
+	*on_stack = 0;
 	id = stack_top(atomic_load_explicit(&pool->stack.head,
 					    memory_order_acquire));
 	while (id != KVP_NIL) {
@@ -1552,18 +1548,26 @@ KVP_API int kvp_pool_check(struct kvp_pool *pool)
 			check_fail("stack link %u out of range\n", id);
 		if (!check_mark(seen, id))
 			check_fail("block %u twice on the free lists\n", id);
-		if (++on_stack > pool->num_blocks)
+		if (++*on_stack > pool->num_blocks)
 			check_fail("cycle in the free stack\n");
 		id = atomic_load_explicit(&pool->next[id],
 					  memory_order_relaxed);
 	}
 	counted = atomic_load_explicit(&pool->stack.count,
 				       memory_order_relaxed);
-	if (counted != on_stack)
+	if (counted != *on_stack)
 		check_fail("stack count %llu, but %llu blocks on it\n",
 			   (unsigned long long)counted,
-			   (unsigned long long)on_stack);
+			   (unsigned long long)*on_stack);
+	return 0;
+}
 
+/* The threads' caches: within capacity, idle, ids in range, no block
+ * twice; *parked: the blocks they hold. */
+static int check_tcaches(struct kvp_pool *pool, uint8_t *seen,
+			 uint64_t *parked)
+{
+	*parked = 0;
 	for (struct tcache *tc = atomic_load_explicit(&pool->depot.tcaches,
 						      memory_order_acquire);
 	     tc; tc = tc->next) {
@@ -1576,7 +1580,8 @@ KVP_API int kvp_pool_check(struct kvp_pool *pool)
 		    atomic_load_explicit(&tc->drain, memory_order_relaxed))
 			check_fail("cache busy or draining at quiescence\n");
 		for (uint32_t i = 0; i < c; i++) {
-			id = tc->slots[i];
+			uint32_t id = tc->slots[i];
+
 			if (id >= pool->num_blocks)
 				check_fail("cached id %u out of range\n", id);
 			if (!check_mark(seen, id))
@@ -1584,10 +1589,15 @@ KVP_API int kvp_pool_check(struct kvp_pool *pool)
 					   "lists\n",
 					   id);
 		}
-		parked += c;
+		*parked += c;
 	}
+	return 0;
+}
 
-	for (id = 0; id < pool->num_blocks; id++) {
+/* Every block: free (state 0) if and only if on a free list. */
+static int check_blocks(struct kvp_pool *pool, const uint8_t *seen)
+{
+	for (uint32_t id = 0; id < pool->num_blocks; id++) {
 		uint32_t s = pool_block_word(pool, id);
 		bool listed = seen[id / 8] & (1u << (id % 8));
 
@@ -1599,13 +1609,31 @@ KVP_API int kvp_pool_check(struct kvp_pool *pool)
 				   "but is on a free list\n",
 				   id, bstate_refs(s), s);
 	}
-	if (reclaimer_of(pool)) {
+	return 0;
+}
+
+KVP_API int kvp_pool_check(struct kvp_pool *pool)
+{
+	uint64_t on_stack = 0, parked = 0;
+	size_t bytes;
+	uint8_t *seen;
+	int err;
+
+	if (!pool)
+		return -EINVAL;
+	bytes = pool->num_blocks / 8 + 1;
+	seen = kvp_calloc(bytes, 1);
+	if (!seen)
+		return -ENOMEM;
+	err = check_stack(pool, seen, &on_stack);
+	if (!err)
+		err = check_tcaches(pool, seen, &parked);
+	if (!err)
+		err = check_blocks(pool, seen);
+	if (!err && reclaimer_of(pool))
 		err = reclaimer_of(pool)->check(pool->reclaimer_ctx);
-		if (err)
-			goto out;
-	}
-	pool_note_used(pool, pool->num_blocks - on_stack - parked);
-out:
+	if (!err)
+		pool_note_used(pool, pool->num_blocks - on_stack - parked);
 	kvp_free(seen, bytes);
 	return err;
 }

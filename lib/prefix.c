@@ -791,32 +791,23 @@ static void list_push_head(struct kvp_pool *pool, struct prefix_pool *pp,
 	pp->head[l] = b;
 }
 
-static uint32_t prefix_evict(void *ctx, uint32_t min, uint32_t max,
-			     uint32_t *ids)
+/*
+ * The claim pass of prefix_evict (pp's lock held): one pass from the
+ * head of the lowest priority's list up claims idle blocks and unlinks
+ * them, and unlinks held ones passed on the way (their holders relink
+ * them at release).  A higher priority's list is entered only while
+ * fewer than min are claimed, so the extras up to max (evictions ahead)
+ * come from the priority that gave the min-th, every lower one being
+ * empty: still no block goes while an idle one of a lower priority
+ * stays.  The pinned list is never entered.  Returns the blocks claimed
+ * into ids, or 0 with every claim given back if fewer than min.
+ */
+static uint32_t evict_claim(struct prefix_pool *pp, uint32_t min,
+			    uint32_t max, uint32_t *ids)
 {
-	struct prefix_pool *pp = ctx;
 	struct kvp_pool *pool = pp->pool;
 	uint32_t got = 0, b, nx;
-	int64_t avail;
 
-	/* Relaxed: a count; a stale one only fails or tries early. */
-	avail = atomic_load_explicit(&pp->evictable, memory_order_relaxed);
-	if (avail < (int64_t)min)
-		return 0;
-	if ((int64_t)max > avail)
-		max = (uint32_t)avail; /* no walk to the end for extras */
-	/* One read-side section around the claims and the deletions: see
-	 * the argument at the top (destroyed managers outlive it). */
-	kvp_rcu_read_lock();
-	pp_lock(pp);
-	/* One pass from the head of the lowest priority's list up: claim
-	 * idle blocks and unlink them, and unlink held ones passed on the
-	 * way (their holders relink them at release).  A higher priority's
-	 * list is entered only while fewer than min are claimed, so the
-	 * extras up to max (evictions ahead) come from the priority that
-	 * gave the min-th, every lower one being empty: still no block
-	 * goes while an idle one of a lower priority stays.  The pinned
-	 * list is never entered. */
 	for (uint32_t levels = pp->nonempty & ~(1u << KVP_RETAIN_PIN);
 	     levels && got < min; levels &= levels - 1) {
 		for (b = pp->head[__builtin_ctz(levels)];
@@ -830,70 +821,96 @@ static uint32_t prefix_evict(void *ctx, uint32_t min, uint32_t max,
 			list_unlink(pool, pp, b);
 		}
 	}
-	if (got < min) {
-		/* Not enough: give the claims back, at the head in their old
-		 * order (the held blocks passed are relinked by their
-		 * holders, as always).  Only the claimer changes an EVICTING
-		 * word. */
-		while (got) {
-			b = ids[--got];
-			list_push_head(pool, pp, b);
-			pool_block_unclaim(pool, b);
-		}
-		pp_unlock(pp);
-		kvp_rcu_read_unlock();
-		return 0;
+	if (got >= min)
+		return got;
+	/* Not enough: give the claims back, at the head in their old order
+	 * (the held blocks passed are relinked by their holders, as
+	 * always).  Only the claimer changes an EVICTING word. */
+	while (got) {
+		b = ids[--got];
+		list_push_head(pool, pp, b);
+		pool_block_unclaim(pool, b);
 	}
+	return 0;
+}
+
+/*
+ * The first run of one manager's blocks among the n claimed in ids
+ * (ours: uncached, held once): reported, then deleted from its table,
+ * under its event lock (see the argument at the top).  Each stage asks
+ * for the lines of the next one first (owner and hash, then table
+ * slots): the blocks are scattered, and their misses overlap.  Returns
+ * the run's length (at most KVP_EVENT_BATCH).  In a read-side section.
+ */
+static uint32_t evict_forget(struct prefix_pool *pp, const uint32_t *ids,
+			     uint32_t n)
+{
+	struct kvp_hash hashes[KVP_EVENT_BATCH];
+	uint64_t keys[KVP_EVENT_BATCH];
+	const struct prefix_table *t;
+	struct prefix_cache *pc;
+	uint32_t k = 0, end = n < KVP_EVENT_BATCH ? n : KVP_EVENT_BATCH;
+
+	for (uint32_t j = 0; j < end; j++)
+		__builtin_prefetch(&pp->blk[ids[j]], 0);
+	/* Acquire: the manager and hash as their registrar wrote them (the
+	 * blocks are ours now: nobody else writes them). */
+	pc = atomic_load_explicit(&pp->blk[ids[0]].owner, memory_order_acquire);
+	/* Only to prefetch slots: a rebuild may replace it. */
+	t = table_of(pc);
+	while (k < end && atomic_load_explicit(&pp->blk[ids[k]].owner,
+					       memory_order_relaxed) == pc) {
+		uint64_t w[4];
+
+		hash_read(pp, ids[k], w);
+		memcpy(hashes[k].b, w, sizeof(w));
+		keys[k] = key_of(w);
+		__builtin_prefetch(&t->slot[home_of(keys[k], t->mask)], 1);
+		k++;
+	}
+	event_lock(pc);
+	prefix_emit(pc, KVP_EVENT_REMOVED, hashes, k, NULL);
+	store_lock(pc);
+	for (uint32_t j = 0; j < k; j++)
+		table_delete(pc, pp, ids[j], keys[j]);
+	store_count(&pc->evictions, k);
+	store_unlock(pc);
+	event_unlock(pc);
+	return k;
+}
+
+static uint32_t prefix_evict(void *ctx, uint32_t min, uint32_t max,
+			     uint32_t *ids)
+{
+	struct prefix_pool *pp = ctx;
+	uint32_t got;
+	int64_t avail;
+
+	/* Relaxed: a count; a stale one only fails or tries early. */
+	avail = atomic_load_explicit(&pp->evictable, memory_order_relaxed);
+	if (avail < (int64_t)min)
+		return 0;
+	if ((int64_t)max > avail)
+		max = (uint32_t)avail; /* no walk to the end for extras */
+	/* One read-side section around the claims and the deletions: see
+	 * the argument at the top (destroyed managers outlive it). */
+	kvp_rcu_read_lock();
+	pp_lock(pp);
+	got = evict_claim(pp, min, max, ids);
 	/* The claimed blocks are ours: uncached, held once.  Their slots
 	 * and owner[] go below. */
 	for (uint32_t i = 0; i < got; i++)
-		pool_block_evicted(pool, ids[i]);
-	atomic_fetch_sub_explicit(&pp->evictable, got, memory_order_relaxed);
-	atomic_fetch_add_explicit(&pp->evictions, got, memory_order_relaxed);
-	pp_unlock(pp);
-	/* Per run of one manager's blocks: report, then delete, under its
-	 * event lock (see the argument at the top).  Each stage asks for the
-	 * lines of the next one first (owner and hash, then table slots):
-	 * the blocks are scattered, and their misses overlap. */
-	for (uint32_t i = 0; i < got;) {
-		struct kvp_hash hashes[KVP_EVENT_BATCH];
-		uint64_t keys[KVP_EVENT_BATCH];
-		const struct prefix_table *t;
-		struct prefix_cache *pc;
-		uint32_t k = 0, end = got - i < KVP_EVENT_BATCH
-					      ? got
-					      : i + KVP_EVENT_BATCH;
-
-		for (uint32_t j = i; j < end; j++)
-			__builtin_prefetch(&pp->blk[ids[j]], 0);
-		/* Acquire: the manager and hash as their registrar wrote them
-		 * (the blocks are ours now: nobody else writes them). */
-		pc = atomic_load_explicit(&pp->blk[ids[i]].owner,
-					 memory_order_acquire);
-		/* Only to prefetch slots: a rebuild may replace it. */
-		t = table_of(pc);
-		while (i + k < end &&
-		       atomic_load_explicit(&pp->blk[ids[i + k]].owner,
-					    memory_order_relaxed) == pc) {
-			uint64_t w[4];
-
-			hash_read(pp, ids[i + k], w);
-			memcpy(hashes[k].b, w, sizeof(w));
-			keys[k] = key_of(w);
-			__builtin_prefetch(&t->slot[home_of(keys[k], t->mask)],
-					   1);
-			k++;
-		}
-		event_lock(pc);
-		prefix_emit(pc, KVP_EVENT_REMOVED, hashes, k, NULL);
-		store_lock(pc);
-		for (uint32_t j = 0; j < k; j++)
-			table_delete(pc, pp, ids[i + j], keys[j]);
-		store_count(&pc->evictions, k);
-		store_unlock(pc);
-		event_unlock(pc);
-		i += k;
+		pool_block_evicted(pp->pool, ids[i]);
+	if (got) {
+		/* Relaxed: counts (see their declarations). */
+		atomic_fetch_sub_explicit(&pp->evictable, got,
+					  memory_order_relaxed);
+		atomic_fetch_add_explicit(&pp->evictions, got,
+					  memory_order_relaxed);
 	}
+	pp_unlock(pp);
+	for (uint32_t i = 0; i < got;)
+		i += evict_forget(pp, ids + i, got - i);
 	kvp_rcu_read_unlock();
 	return got;
 }
@@ -939,11 +956,13 @@ uint64_t prefix_cached_blocks(struct kvp_pool *pool)
 		return -EFAULT;                                              \
 	} while (0)
 
-static int prefix_check_pool(void *ctx)
+/* kvp_pool_check, the evictable lists: links in range and consistent
+ * both ways, cached blocks only, no cycle, tails and the bitmap right;
+ * 0 or -EFAULT. */
+static int check_lists(struct prefix_pool *pp)
 {
-	struct prefix_pool *pp = ctx;
 	struct kvp_pool *pool = pp->pool;
-	uint64_t linked = 0, idle = 0;
+	uint64_t linked = 0;
 
 	for (uint32_t l = 0; l < KVP_RETAIN_LEVELS; l++) {
 		uint32_t prev = KVP_NIL;
@@ -978,6 +997,17 @@ static int prefix_check_pool(void *ctx)
 				   (pp->nonempty >> l) & 1 ? "non-empty"
 							   : "empty");
 	}
+	return 0;
+}
+
+static int prefix_check_pool(void *ctx)
+{
+	struct prefix_pool *pp = ctx;
+	struct kvp_pool *pool = pp->pool;
+	uint64_t idle = 0;
+
+	if (check_lists(pp))
+		return -EFAULT;
 	for (uint32_t b = 0; b < pool->num_blocks; b++) {
 		uint32_t s = pool_block_word(pool, b);
 		bool cached = bstate_is_cached(s);
