@@ -28,21 +28,23 @@ for t in check_pool check_manager check_data check_errors check_hash \
 	log="$b/tests/$t.valgrind.log"
 	t0=$(date +%s)
 	# Under the time limit of every test (tests/run-test.sh).
-	if CK_FORK=no CK_DEFAULT_TIMEOUT=600 timeout --kill-after=10 \
+	rc=0
+	CK_FORK=no CK_DEFAULT_TIMEOUT=600 timeout --kill-after=10 \
 		"${KVP_TEST_TIMEOUT:-900}" $libtool --mode=execute \
 		valgrind --quiet --error-exitcode=99 --leak-check=full \
 		--fair-sched=yes $vgopts \
 		--errors-for-leak-kinds=definite --show-leak-kinds=definite \
 		--suppressions="$s/tests/valgrind.supp" \
 		--gen-suppressions=all \
-		"$b/tests/$t" $args >"$log" 2>&1; then
+		"$b/tests/$t" $args >"$log" 2>&1 || rc=$?
+	if [ $rc -eq 0 ]; then
 		passed=$((passed + 1))
 		echo "valgrind: $t: ok ($(($(date +%s) - t0)) s)"
 	else
 		failed=$((failed + 1))
 		echo "valgrind: $t: FAILED ($(($(date +%s) - t0)) s), see $log"
-		tail -n 1 "$log" | grep -q "Terminated\|Killed" &&
-			echo "valgrind: $t: timed out (KVP_TEST_TIMEOUT)"
+		[ $rc -eq 124 ] || [ $rc -eq 137 ] &&
+			echo "valgrind: $t: timed out after ${KVP_TEST_TIMEOUT:-900} s (KVP_TEST_TIMEOUT)"
 		grep -E "^==[0-9]+== " "$log" | head -n 40
 	fi
 done
