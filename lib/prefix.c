@@ -1906,12 +1906,7 @@ void prefix_emit(struct prefix_cache *pc, enum kvp_event_type type,
 
 	if (!pc->event_cb)
 		return;
-	memset(&ev, 0, sizeof(ev));
-	ev.type = type;
-	ev.hashes = hashes;
-	ev.nhashes = n;
-	ev.parent = parent;
-	ev.lora_id = -1;
+	prefix_event_init(&ev, type, hashes, n, parent);
 	prefix_emit_event(pc, &ev);
 }
 

@@ -30,6 +30,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "compiler.h"
 #include "kvpool.h"
@@ -169,6 +170,22 @@ int prefix_clear(struct prefix_cache *pc, bool force);
  * of pc (no-ops without a callback). */
 void prefix_events_begin(struct prefix_cache *pc);
 void prefix_events_end(struct prefix_cache *pc);
+
+/* An event of type for hashes[0..n) after parent (NULL: from the root),
+ * its other fields zero and no LoRA (lora_id -1): the caller sets what
+ * else its event carries before prefix_emit_event. */
+static inline void prefix_event_init(struct kvp_event *ev,
+				     enum kvp_event_type type,
+				     const struct kvp_hash *hashes, uint32_t n,
+				     const struct kvp_hash *parent)
+{
+	memset(ev, 0, sizeof(*ev));
+	ev->type = type;
+	ev->hashes = hashes;
+	ev->nhashes = n;
+	ev->parent = parent;
+	ev->lora_id = -1;
+}
 
 /* Emits an event to pc's callback, if any (under pc's event lock). */
 void prefix_emit(struct prefix_cache *pc, enum kvp_event_type type,

@@ -235,11 +235,7 @@ static void emit_reused(struct kvp_manager *m, const struct kvp_hash *hashes,
 {
 	struct kvp_event ev;
 
-	memset(&ev, 0, sizeof(ev));
-	ev.type = KVP_EVENT_STORED;
-	ev.hashes = hashes;
-	ev.nhashes = n;
-	ev.lora_id = -1;
+	prefix_event_init(&ev, KVP_EVENT_STORED, hashes, n, NULL);
 	ev.reused = 1;
 	prefix_events_begin(&m->prefix);
 	prefix_emit_event(&m->prefix, &ev);

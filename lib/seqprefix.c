@@ -12,7 +12,6 @@
  * hashes and ranges into prefix.c's calls, under the sequence's lock.
  */
 #include <errno.h>
-#include <string.h>
 
 #include "manager.h"
 #include "prefix.h"
@@ -122,12 +121,8 @@ static void commit_emit(struct kvp_manager *m, const struct kvp_hash *hashes,
 {
 	struct kvp_event ev;
 
-	memset(&ev, 0, sizeof(ev));
-	ev.type = KVP_EVENT_STORED;
-	ev.hashes = hashes + first;
-	ev.nhashes = end - first;
-	ev.parent = first ? &hashes[first - 1] : NULL;
-	ev.lora_id = -1;
+	prefix_event_init(&ev, KVP_EVENT_STORED, hashes + first, end - first,
+			  first ? &hashes[first - 1] : NULL);
 	ev.priority = prio;
 	if (info) {
 		if (info->tokens)
