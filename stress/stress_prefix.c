@@ -579,16 +579,16 @@ static void *worker_main(void *arg)
 /* Resets the prefix caches now and then (mostly the quieter manager). */
 static _Atomic uint64_t resets_ok, resets_busy;
 
-/* --full: whether the pool's allocations grew by 8 pools' worth since
+/* Whether the pool's allocations grew by `pools` pools' worth since
  * *last, which then moves up to now. */
-static bool reset_due(uint64_t *last)
+static bool reset_due(uint64_t *last, uint64_t pools)
 {
 	struct kvp_pool_stats st;
 
 	kvp_pool_stats(pool, &st);
 	if (*last == 0)
 		*last = st.allocs;
-	if (st.allocs - *last < 8ull * num_blocks)
+	if (st.allocs - *last < pools * num_blocks)
 		return false;
 	*last = st.allocs;
 	return true;
@@ -607,11 +607,13 @@ static void *resetter_main(void *arg)
 		int err;
 
 		nanosleep(&ts, NULL);
-		/* --full: a reset frees every idle cached block as a
-		 * never-cached one; paced by the work (a reset per 8 pools'
-		 * worth of allocations), not by the clock, those stay a small
-		 * share of what the run allocates however slow the build. */
-		if (full_mode && !reset_due(&last))
+		/* Resets are paced by the work, not by the clock, so that
+		 * however slow the build the cache fills between two of
+		 * them and allocations evict: at most one per pool's worth
+		 * of allocations.  --full: a reset frees every idle cached
+		 * block as a never-cached one; one per 8 pools' worth keeps
+		 * those a small share of what the run allocates. */
+		if (!reset_due(&last, full_mode ? 8 : 1))
 			continue;
 		err = kvp_prefix_reset(mgr[mi]);
 		if (err == 0)
@@ -627,6 +629,42 @@ static void *resetter_main(void *arg)
 }
 
 /* ------------------------------------------------------------ main */
+
+/* The pool's evictions before the run (--full's fill evicts none, but
+ * counts from here on). */
+static uint64_t evictions_at_start;
+
+static void sleep_s(double s)
+{
+	struct timespec ts = {(time_t)s,
+			      (long)((s - (double)(time_t)s) * 1e9)};
+
+	nanosleep(&ts, NULL);
+}
+
+/*
+ * Lets the workers run for `seconds`, then on until the run has evicted
+ * a cached block (what the end's check asks for), for at most 10 times
+ * as long again: a slow build (TSan on a busy machine) may not have
+ * filled the pool in the time asked for.
+ */
+static void run_for(double seconds)
+{
+	struct kvp_pool_stats st;
+	double extra = 0, most = 10 * seconds;
+
+	sleep_s(seconds);
+	for (;;) {
+		kvp_pool_stats(pool, &st);
+		if (st.cache_evictions > evictions_at_start || extra >= most)
+			break;
+		sleep_s(0.1);
+		extra += 0.1;
+	}
+	if (extra > 0)
+		printf("stress_prefix: ran %.1f s more, until a cached block "
+		       "was evicted\n", extra);
+}
 
 /*
  * --full: fills the pool with cached blocks before the run (chains of
@@ -701,7 +739,6 @@ int main(int argc, char **argv)
 	struct kvp_pool_stats st;
 	struct counters sum;
 	uint64_t seed = (uint64_t)time(NULL), hits_total = 0, allocated = 0;
-	uint64_t evictions_at_start = 0;
 	struct worker *w;
 	pthread_t reset_tid;
 	uint32_t *all;
@@ -802,13 +839,7 @@ int main(int argc, char **argv)
 	if (do_reset && pthread_create(&reset_tid, NULL, resetter_main,
 				       (void *)(uintptr_t)(seed * 31u + 1)))
 		fail("pthread_create\n");
-	{
-		struct timespec ts = {(time_t)seconds,
-				      (long)((seconds - (double)(time_t)seconds) *
-					     1e9)};
-
-		nanosleep(&ts, NULL);
-	}
+	run_for(seconds);
 	atomic_store(&stop, 1);
 	for (int i = 0; i < nthreads; i++)
 		pthread_join(w[i].tid, NULL);
