@@ -121,7 +121,8 @@ static void *stalled_producer(void *arg)
 	return NULL;
 }
 
-static void flush_by_clock(void)
+/* One stalled flush: -ETIMEDOUT, after how many ms. */
+static double flush_stalled(void)
 {
 	struct kvp_pub *p = pub_new(NULL, 0);
 	struct sigaction sa = {0};
@@ -151,7 +152,7 @@ static void flush_by_clock(void)
 	t0 = now_ms();
 	rc = kvp_pub_flush(p, 500);
 	dt = now_ms() - t0;
-	if (rc != -ETIMEDOUT || dt < 490 || dt > 600)
+	if (rc != -ETIMEDOUT || dt < 490)
 		FAIL("kvp_pub_flush(p, 500) of a stalled event: %d after %.0f "
 		     "ms (want -ETIMEDOUT after 500 ms)\n", rc, dt);
 	pthread_join(t, NULL);
@@ -159,6 +160,26 @@ static void flush_by_clock(void)
 		FAIL("flush after the stall\n");
 	kvp_pub_destroy(p);
 	munmap(page, (size_t)psz);
+	return dt;
+}
+
+/* The flush gives up within 100 ms of its time.  A busy machine may
+ * preempt the test for longer, so a late flush is tried again; a flush
+ * that counts its sleeps is late every time. */
+static void flush_by_clock(void)
+{
+	double dt = 0;
+
+	for (int i = 0; i < 3; i++) {
+		dt = flush_stalled();
+		if (dt <= 600)
+			break;
+		printf("pub_edge: kvp_pub_flush(p, 500) gave up after %.0f ms; "
+		       "once more\n", dt);
+	}
+	if (dt > 600)
+		FAIL("kvp_pub_flush(p, 500) of a stalled event gave up after "
+		     "%.0f ms, three times (want 500 ms)\n", dt);
 	printf("pub_edge: kvp_pub_flush(p, 500) timed out after %.0f ms\n",
 	       dt);
 }
