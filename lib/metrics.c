@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * metrics.c - a pool's and its managers' metrics as OpenMetrics or
- * Prometheus text (layer 7, doc/architecture.md "Layers": over pool.c,
- * manager.c and mtext.c).
+ * Prometheus text (layer 7, doc/architecture.md "Layers": over
+ * pool_stats.c, manager.c and mtext.c).
  *
  * Owns the metric families: their names, types, help and where each
  * value comes from.  A counter is one whose every source only grows (the

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * pool.h - the block pool's structure and its reclaimer hook (layer 4,
- * doc/architecture.md "Layers": pool.c, over tcache.c and stack.h).  The
+ * doc/architecture.md "Layers": pool.c, pool_alloc.c, pool_create.c and
+ * pool_stats.c, over tcache.c and stack.h).  The
  * layers above (prefix.c, seq.c, data.c) read the state words, the
  * free stack's links and the data through it; the pool never calls them.
  */
@@ -67,7 +68,7 @@ struct kvp_pool {
 	size_t row_bytes; /* one token's K (or V) for one layer */
 	size_t arena_bytes;
 	unsigned char *data; /* NULL for an ID-only pool */
-	/* Tuning from conf.h, copied at creation (see pool.c). */
+	/* Tuning from conf.h, copied at creation (pool_create.c). */
 	uint32_t evict_ahead_max;   /* <= CONF_EVICT_AHEAD_LIMIT */
 	uint32_t evict_ahead_share; /* >= 1 */
 	uint32_t idle_batch;	    /* 1 .. CONF_IDLE_BATCH_LIMIT */

@@ -4,7 +4,7 @@
  * kvp_evict_until, which preempt whole sequences (free them, chosen by
  * the manager's policy) to make room, and kvp_evict_peek, which names
  * the next victim without preempting it (layer 9, doc/architecture.md
- * "Layers": over seq.c, seqmem.c, seqmap.c, mgrstat.c and pool.c).
+ * "Layers": over seq.c, seqmem.c, seqmap.c, mgrstat.c and pool_stats.c).
  *
  * Words: "preempt" is taking a running sequence away (vLLM's preemption
  * by recomputation), "evict" is reclaiming an idle cached block

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * fault.c - see fault.h.  The hooks kvp_fault_hit() and kvp_fault_track()
- * are called by lib/alloc.c, lib/pool.c and lib/seqmap.c in
+ * are called by lib/alloc.c, lib/pool_create.c and lib/seqmap.c in
  * -DKVP_FAULT_INJECTION builds only.
  */
 #include <pthread.h>
