@@ -2,7 +2,7 @@
 /*
  * pool.h - the block pool's structure and its reclaimer hook (layer 4,
  * doc/architecture.md "Layers": pool.c, over tcache.c and stack.h).  The
- * layers above (prefix.c, seq.c, data.c) read the state words, the
+ * layers above (prefix.c, prefix_pool.c, seq.c, data.c) read the state words, the
  * free stack's links and the data through it; the pool never calls them.
  */
 #ifndef KVP_POOL_H
