@@ -50,15 +50,3 @@ void prefix_emit_event(struct prefix_cache *pc, struct kvp_event *ev)
 	pc->event_cb(ev, pc->event_arg);
 }
 
-void prefix_emit(struct prefix_cache *pc, enum kvp_event_type type,
-		 const struct kvp_hash *hashes, uint32_t n,
-		 const struct kvp_hash *parent)
-{
-	struct kvp_event ev;
-
-	if (!pc->event_cb)
-		return;
-	prefix_event_init(&ev, type, hashes, n, parent);
-	prefix_emit_event(pc, &ev);
-}
-

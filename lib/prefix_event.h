@@ -61,13 +61,27 @@ static inline void prefix_event_init(struct kvp_event *ev,
 	ev->lora_id = -1;
 }
 
-/* Emits an event to pc's callback, if any (under pc's event lock). */
-void prefix_emit(struct prefix_cache *pc, enum kvp_event_type type,
-		 const struct kvp_hash *hashes, uint32_t n,
-		 const struct kvp_hash *parent);
-/* The same for an event the caller filled (type, hashes, parent and the
- * STORED fields); this sets its seq, medium and token counts. */
+/* Emits an event the caller filled (type, hashes, parent and the STORED
+ * fields) to pc's callback, if any (under pc's event lock); this sets
+ * its seq, medium and token counts. */
 void prefix_emit_event(struct prefix_cache *pc, struct kvp_event *ev);
+
+/* The same for an event of type for hashes[0..n) after parent (NULL: from
+ * the root); inline: an eviction reports with it, most often to no
+ * callback. */
+static inline void prefix_emit(struct prefix_cache *pc,
+			       enum kvp_event_type type,
+			       const struct kvp_hash *hashes, uint32_t n,
+			       const struct kvp_hash *parent)
+{
+	struct kvp_event ev;
+
+	if (!pc->event_cb)
+		return;
+	prefix_event_init(&ev, type, hashes, n, parent);
+	prefix_emit_event(pc, &ev);
+}
+
 /* The medium pc's events name (NULL: none); before concurrent use.
  * Returns 0 or -EINVAL (15 bytes at most). */
 int prefix_set_event_medium(struct prefix_cache *pc, const char *medium);

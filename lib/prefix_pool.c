@@ -8,7 +8,8 @@
  * check), a failed create's prefix_unhit, and retention (levels, raises,
  * the clock's sweep).
  * Floor 5 of lib/ (doc/architecture.md, "Layers"), under prefix.c, which
- * calls it; it calls nothing of prefix.c.
+ * calls it; it calls nothing of prefix.c (an eviction's deletions go
+ * through the forget function prefix.c gives prefix_pool_make).
  *
  * Correctness argument (the table's side, hits and commits: prefix.c).
  *

@@ -14,7 +14,10 @@
  * one cache line per block: prefix.c reaches them through the inline
  * functions below, never through the fields.  The pool side reads, for
  * retention, the clock, next expiry and pin count of a block's owner
- * (struct prefix_cache's retention fields, prefix.h).
+ * (struct prefix_cache's retention fields, prefix.h).  It calls nothing
+ * of prefix.c: an eviction reports and deletes its blocks' slots through
+ * the forget function prefix.c gives prefix_pool_make, as the pool
+ * reaches the prefix cache through its reclaimer hook.
  *
  * Synchronisation: as prefix.h's table says; each function below says
  * which lock or order it needs.  The correctness argument is in
@@ -37,7 +40,6 @@
 
 #define KVP_UNLINKED 0xfffffffeu /* prev[b] of a block not in the list */
 
-
 /*
  * What the pool keeps per block for the prefix cache: hash[b], the hash
  * b caches (atomic words: a stale reader may read them while a new
@@ -51,7 +53,7 @@ struct prefix_block {
 	_Atomic(struct prefix_cache *) owner;
 	/* Its retention (retain_make()): 0 for the default priority.
 	 * Written by commits (store lock), demotions (list lock) and
-	 * evictions (the claimer); atomic, see "Retention" above. */
+	 * evictions (the claimer); atomic, see prefix_pool.c, "Retention". */
 	_Atomic uint64_t retain;
 } __attribute__((aligned(KVP_CACHELINE)));
 
@@ -116,7 +118,7 @@ struct prefix_pool {
 	 * retention word.  Relaxed: read under the lock. */
 	_Atomic bool retained;
 	/* Counts hits write (relaxed), on a line of their own: blocks in
-	 * state CACHED|0 (see the argument above), and revivals by hits.
+	 * state CACHED|0 (see prefix_pool.c's argument), and revivals by hits.
 	 * Blocks released into the evictable state are not counted: they
 	 * are evictable + revived + evictions + cleared. */
 	kvp_cacheline_aligned _Atomic int64_t evictable;
@@ -223,7 +225,7 @@ static inline void prefix_count_cleared(struct prefix_pool *pp)
 }
 
 /* ------------------------------------------------------------------ */
-/* The evictable list (pp->lock held)                                  */
+/* The evictable lists' links and lock                                */
 /* ------------------------------------------------------------------ */
 
 /* Relaxed next[] accesses: under the lock, on blocks no free list has. */
@@ -236,7 +238,6 @@ static inline void set_next(struct kvp_pool *pool, uint32_t b, uint32_t v)
 {
 	atomic_store_explicit(&pool->next[b], v, memory_order_relaxed);
 }
-
 
 /*
  * The list lock (and a manager's store lock) spins a little before it
@@ -274,12 +275,13 @@ static inline void pp_unlock(struct prefix_pool *pp)
  * Retention, the manager side (store lock held).  A pin is counted in
  * pc->pinned from the moment a word with the pin priority is written to
  * the moment it is replaced (whoever replaces it uncounts it: a commit
- * here, a demotion, an eviction or reset in slot_forget), so the cap
- * is checked against the words, expired ones included until their
- * demotion.
+ * (prefix_store, prefix_raise), a demotion, an eviction or reset in
+ * slot_forget), so the cap is checked against the words, expired ones
+ * included until their demotion.
+ *
+ * Whether one more block may be pinned (then counted), else one more is
+ * refused in *unpinned.
  */
-/* Whether one more block may be pinned (then counted), else one more is
- * refused in *unpinned. */
 static inline bool pin_admit(struct prefix_cache *pc, uint32_t *unpinned)
 {
 	/* Relaxed: a count; the store lock serialises the increments. */
