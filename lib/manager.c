@@ -4,7 +4,7 @@
  * (kvp_manager_stats, kvp_stats_add), dump
  * and kvp_manager_check (layer 10, doc/architecture.md "Layers": the top
  * of the sequence layers, over seq.c, seqmem.c, seqmap.c, registry.c,
- * mgrstat.c, prefix.c and the pool's files, pool*.c).
+ * mgrstat.c, prefix.c, prefix_pool.c and the pool's files, pool*.c).
  *
  * Owns struct kvp_manager (manager.h): its configuration, read-only after
  * creation; the parts it embeds belong to their own files.  Creation and

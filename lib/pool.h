@@ -2,9 +2,9 @@
 /*
  * pool.h - the block pool's structure and its reclaimer hook (layer 4,
  * doc/architecture.md "Layers": pool.c, pool_alloc.c, pool_create.c and
- * pool_stats.c, over tcache.c and stack.h).  The
- * layers above (prefix.c, seq.c, data.c) read the state words, the
- * free stack's links and the data through it; the pool never calls them.
+ * pool_stats.c, over tcache.c and stack.h).  The layers above (prefix.c,
+ * prefix_pool.c, seq.c, data.c) read the state words, the free stack's
+ * links and the data through it; the pool never calls them.
  */
 #ifndef KVP_POOL_H
 #define KVP_POOL_H

@@ -8,7 +8,7 @@
  *
  * Words: "preempt" is taking a running sequence away (vLLM's preemption
  * by recomputation), "evict" is reclaiming an idle cached block
- * (prefix.c).  The public names kvp_evict and kvp_evict_until predate
+ * (prefix_pool.c, prefix.c).  The public names kvp_evict and kvp_evict_until predate
  * that split and keep their names.
  *
  * Owns no struct.  The victim scan reads the policy keys (last access,

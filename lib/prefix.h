@@ -3,8 +3,10 @@
  * prefix.h - the prefix cache (layer 5, doc/architecture.md "Layers"): the
  * managers' hash -> block maps (used by seqprefix.c), and the pool's
  * evictable cached blocks, which the pool reaches only through the
- * reclaimer hook prefix.c registers (pool.h).  The correctness argument
- * is in prefix.c.
+ * reclaimer hook prefix.c registers (pool.h), kept by prefix_pool.c;
+ * the events are prefix_event.h's.  The correctness argument is in
+ * prefix.c (the table, hits, commits, evictions' deletions) and
+ * prefix_pool.c (the state word's races, the lists, retention).
  *
  * Synchronisation table:
  *
@@ -42,7 +44,9 @@ struct prefix_table;
  * A manager's prefix cache: its table hash -> block, the locks of the
  * table's writers and of its events, its event sink and its counters.
  * Owned by prefix.c (the manager embeds it and calls the functions
- * below); the pool sees the prefix cache only as its reclaimer (pool.h),
+ * below), but for its event fields (event_lock, event_cb, event_arg,
+ * event_seq, event_medium: prefix_event.c's) and its retention fields,
+ * which prefix_pool.c's retention reads and writes too; the pool sees the prefix cache only as its reclaimer (pool.h),
  * registered by the first prefix_cache_init() over it.
  */
 struct prefix_cache {
@@ -51,7 +55,7 @@ struct prefix_cache {
 	/* The table, replaced under store_lock, read lock-free. */
 	_Atomic(struct prefix_table *) table;
 	pthread_mutex_t store_lock; /* the table's writers */
-	pthread_mutex_t event_lock; /* see prefix.c */
+	pthread_mutex_t event_lock; /* see prefix_event.c */
 	kvp_event_cb event_cb;	    /* set before concurrent use */
 	void *event_arg;
 	/* The next event's seq, so the events reported: written under
@@ -62,7 +66,7 @@ struct prefix_cache {
 	 * Synchronization: written under store_lock, read relaxed. */
 	kvp_cacheline_aligned _Atomic uint64_t cached;
 	_Atomic uint64_t evictions;
-	/* Retention (prefix.c): the retention clock (atomic, relaxed), the
+	/* Retention (prefix_pool.c): the retention clock (atomic, relaxed), the
 	 * earliest expiry among this manager's idle timed blocks above the
 	 * default priority (list lock; read relaxed), the blocks whose
 	 * retention word pins them (atomic) and the cap (immutable). */
@@ -71,6 +75,9 @@ struct prefix_cache {
 	_Atomic uint32_t pinned;
 	uint32_t max_pinned;
 };
+
+/* The events (prefix_event.c), which need the struct above. */
+#include "prefix_event.h"
 
 /*
  * Sets up pc over pool (and the pool's reclaimer, if it has none), with
@@ -83,9 +90,6 @@ int prefix_cache_init(struct prefix_cache *pc, struct kvp_pool *pool,
  * the table; no other thread may use pc. */
 void prefix_cache_fini(struct prefix_cache *pc);
 
-/* Where pc reports its events (cb NULL: nowhere); before concurrent use. */
-void prefix_set_event_sink(struct prefix_cache *pc, kvp_event_cb cb,
-			   void *arg);
 /* Fills st's fields of pc (relaxed reads): the blocks it caches, how many
  * evictions took, how many are pinned, its retention clock, and the
  * events it handed to its sink. */
@@ -131,7 +135,7 @@ int prefix_store(struct prefix_cache *pc, uint32_t b, const struct kvp_hash *h,
 		 uint64_t key, uint64_t retain, uint32_t *unpinned);
 
 /*
- * Retention (prefix.c, "Retention").  prefix_retain_word
+ * Retention (prefix_pool.c, "Retention").  prefix_retain_word
  * makes the word prefix_store and prefix_raise take: priority prio
  * (<= KVP_RETAIN_PIN) for `duration` ticks of pc's retention clock from
  * now (0: for ever).  A store that would pin past pc's cap stores
@@ -165,38 +169,6 @@ int prefix_retention(struct prefix_cache *pc, const struct kvp_hash *h,
  * Returns 0 or -EBUSY.
  */
 int prefix_clear(struct prefix_cache *pc, bool force);
-
-/* Around a reset: orders its CLEARED event with other threads' events
- * of pc (no-ops without a callback). */
-void prefix_events_begin(struct prefix_cache *pc);
-void prefix_events_end(struct prefix_cache *pc);
-
-/* An event of type for hashes[0..n) after parent (NULL: from the root),
- * its other fields zero and no LoRA (lora_id -1): the caller sets what
- * else its event carries before prefix_emit_event. */
-static inline void prefix_event_init(struct kvp_event *ev,
-				     enum kvp_event_type type,
-				     const struct kvp_hash *hashes, uint32_t n,
-				     const struct kvp_hash *parent)
-{
-	memset(ev, 0, sizeof(*ev));
-	ev->type = type;
-	ev->hashes = hashes;
-	ev->nhashes = n;
-	ev->parent = parent;
-	ev->lora_id = -1;
-}
-
-/* Emits an event to pc's callback, if any (under pc's event lock). */
-void prefix_emit(struct prefix_cache *pc, enum kvp_event_type type,
-		 const struct kvp_hash *hashes, uint32_t n,
-		 const struct kvp_hash *parent);
-/* The same for an event the caller filled (type, hashes, parent and the
- * STORED fields); this sets its seq, medium and token counts. */
-void prefix_emit_event(struct prefix_cache *pc, struct kvp_event *ev);
-/* The medium pc's events name (NULL: none); before concurrent use.
- * Returns 0 or -EINVAL (15 bytes at most). */
-int prefix_set_event_medium(struct prefix_cache *pc, const char *medium);
 
 /*
  * Quiescent check of pc's table against the pool: adds pc's cached

@@ -3,7 +3,8 @@
  * seq.c - the operations on sequences: create, append (copy-on-write),
  * fork, free, truncate, StreamingLLM trim, priority, info, blocks (layer
  * 8, doc/architecture.md "Layers": over seqmem.c, btable.c, mgrstat.c,
- * prefix.c, the pool's files (pool*.c) and seqmap.c).
+ * prefix.c, prefix_pool.c, prefix_event.c, the pool's files (pool*.c)
+ * and seqmap.c).
  *
  * Owns no struct: it changes struct kvp_seq (seqmem.h) under the
  * sequence's lock, and its block table through btable.h.  It also owns
