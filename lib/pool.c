@@ -191,7 +191,7 @@ check_multiplicity(struct kvp_pool *pool, const uint32_t *ids, uint32_t n)
 
 /*
  * Cached blocks a free took to zero, handed to the evictable list in the
- * order freed, one reclaimer idle() call (prefix.c: one list lock) per
+ * order freed, one reclaimer idle() call (prefix_pool.c: one list lock) per
  * batch of the pool's idle_batch (conf.h: 256 by default, the most): a
  * 4,096-token prompt of 16-token blocks in one.
  */
